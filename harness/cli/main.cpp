@@ -1,1 +1,58 @@
-int main() { return 0; }
+// recap: verification and fuzz testing of activation recomputation under CUDA graph capture.
+#include <cstdio>
+#include <iostream>
+
+#include "harness/cli/cli.h"
+
+namespace recap::cli {
+
+void add_backend_option(CLI::App& cmd, std::string* backend) {
+  cmd.add_option("--backend", *backend,
+                 "Device backend: sim (CPU model of CUDA's rules), cuda (the GPU), or auto (cuda when a GPU is "
+                 "usable, else sim)")
+      ->check(CLI::IsMember({"sim", "cuda", "auto"}))
+      ->default_val("auto");
+}
+
+std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts) {
+  device::BackendChoice choice;
+  if (!device::parse_backend_choice(backend, &choice)) throw UsageError("unknown backend '" + backend + "'");
+  std::string error;
+  auto dev = device::make_device(choice, opts, &error);
+  if (!dev) throw UsageError(error);
+  return dev;
+}
+
+}  // namespace recap::cli
+
+int main(int argc, char** argv) {
+  using namespace recap::cli;
+  CLI::App app{
+      "recap: verification and fuzz testing of activation recomputation (checkpointing) under CUDA graph "
+      "capture.\nExit codes: 0 all held, 1 a check failed, 2 bad usage or input.",
+      "recap"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "recap 0.1.0");
+  Runner run;
+  add_conformance_command(app, &run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, naming the problem; CLI11's own messages already do ("The following argument was
+    // not expected: --bogus"), we only keep them on one line and fix the exit code.
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    std::fprintf(stderr, "recap: error: %s (see recap --help)\n", what.c_str());
+    return kExitUsage;
+  }
+  try {
+    return run();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "recap: error: %s\n", e.what());
+    return kExitUsage;
+  }
+}

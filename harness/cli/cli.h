@@ -1,0 +1,33 @@
+// Shared pieces of the recap command line: exit codes, one-line usage errors, backend option.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/device/device.h"
+
+namespace recap::cli {
+
+// Exit codes, the same for every subcommand (a CI gate reads them).
+constexpr int kExitOk = 0;       // everything held
+constexpr int kExitFailed = 1;   // a check, scenario or property failed
+constexpr int kExitUsage = 2;    // bad usage or bad input
+
+// Thrown for bad input found after parsing (a missing file, a backend that is not usable...);
+// main prints "recap: error: <what>" on one line and exits 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Adds --backend sim|cuda|auto to a subcommand.
+void add_backend_option(CLI::App& cmd, std::string* backend);
+// Makes the device the --backend text asks for, or throws UsageError saying why it can't.
+std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts = {});
+
+// Each subcommand registers itself and sets *run to the function main calls after parsing.
+using Runner = std::function<int()>;
+void add_conformance_command(CLI::App& app, Runner* run);
+
+}  // namespace recap::cli

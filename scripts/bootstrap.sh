@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Set-up in one command, on a fresh Debian 12 machine like CI's:
+#   scripts/bootstrap.sh run    install what is missing, configure, build, run recap's main job
+#   scripts/bootstrap.sh test   the same set-up, then the whole test suite (CI runs this)
+# Extra arguments after `run` go to recap's main job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-}"
+case "$mode" in
+  run | test) shift ;;
+  *) echo "usage: scripts/bootstrap.sh run|test [recap arguments]" >&2; exit 2 ;;
+esac
+
+# Debian packages recap builds with. The CUDA toolkit (nvcc) comes with the machine image; without
+# it recap builds host-only and runs everything on sim.
+packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
+          nlohmann-json3-dev libcli11-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "bootstrap: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+cmake --preset default
+cmake --build --preset default -j "$(nproc)"
+
+if [ "$mode" = run ]; then
+  exec build/harness/cli/recap conformance "$@"
+else
+  exec ctest --preset default
+fi

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs recap's whole GPU set on the GPU machine, from a build made here with the `gpu` preset
+# (carried there as build-gpu/), and writes every log under $OUT (default: ./gpu-logs).
+#   cmake --preset gpu && cmake --build --preset gpu     # here
+#   scripts/gpu-check.sh                                 # there
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-gpu-logs}"
+mkdir -p "$out"
+build=build-gpu
+status=0
+
+{
+  echo "# recap GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "# commit: $(git rev-parse HEAD 2>/dev/null || cat .git-commit 2>/dev/null || echo unknown)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+} | tee "$out/context.txt"
+
+# Scenario suite on the GPU, each scenario compared call for call with sim.
+"$build/harness/cli/recap" conformance --backend cuda --json "$out/conformance-cuda.json" \
+  > "$out/conformance-cuda.log" 2>&1 || status=1
+tail -n 3 "$out/conformance-cuda.log"
+
+# Every gtest binary (gpu tests run here instead of skipping), into one log: the device tool
+# brings back at most 8 files.
+: > "$out/tests.log"
+for t in $(find "$build/tests" -type f -executable -not -path '*/CMakeFiles/*' | sort); do
+  name=$(basename "$t")
+  echo "===== $name" >> "$out/tests.log"
+  "$t" > "$out/$name.tmp" 2>&1 || status=1
+  cat "$out/$name.tmp" >> "$out/tests.log"
+  echo "$name: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.tmp" | tr '\n' ' ')"
+  rm -f "$out/$name.tmp"
+done
+exit $status
