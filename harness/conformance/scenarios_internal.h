@@ -1,0 +1,27 @@
+// Internal to the conformance library: the scenario groups that all_scenarios() puts together,
+// and small helpers shared by them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/conformance/scenario.h"
+#include "harness/device/kernels.h"
+
+namespace recap::conformance::detail {
+
+// Calls during capture: one scenario per (call, capture mode, thread, capture stream kind).
+void add_during_capture(std::vector<Scenario>& out);
+// The capture state machine: begin, fork/join, end, merge, invalidation, events, thread modes,
+// the last error.
+void add_state_machine(std::vector<Scenario>& out);
+// Replay, exec update, graph memory nodes, host nodes, memory accounting.
+void add_graphs_and_memory(std::vector<Scenario>& out);
+
+// Identifiers used in scenario names.
+std::string mode_id(device::CaptureMode m);  // "global", "threadlocal", "relaxed"
+
+// n copies of v.
+std::vector<uint32_t> rep(size_t n, uint32_t v);
+
+}  // namespace recap::conformance::detail
