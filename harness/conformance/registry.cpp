@@ -25,6 +25,7 @@ const std::vector<Scenario>& all_scenarios() {
     detail::add_during_capture(out);
     detail::add_state_machine(out);
     detail::add_graphs_and_memory(out);
+    detail::add_measured(out);
     return out;
   }();
   return scenarios;

@@ -17,6 +17,8 @@ void add_during_capture(std::vector<Scenario>& out);
 void add_state_machine(std::vector<Scenario>& out);
 // Replay, exec update, graph memory nodes, host nodes, memory accounting.
 void add_graphs_and_memory(std::vector<Scenario>& out);
+// Rules measured on the H200 beyond the reference page (harness/device/sim/MEASURED.md).
+void add_measured(std::vector<Scenario>& out);
 
 // Identifiers used in scenario names.
 std::string mode_id(device::CaptureMode m);  // "global", "threadlocal", "relaxed"
