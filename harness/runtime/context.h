@@ -53,6 +53,10 @@ struct Ctx {
   // Reserves `count` random values for op `op` of the current layer from the tracker's current
   // generator (or the override), with a ledger slot when a ledger is attached.
   Draw draw(const std::string& op, uint64_t count);
+  // Launches record_draw_kernel(d.record, d.args) on `stream` (nothing when d.record is null):
+  // for drawing kernels that do not write the record themselves. Launch it on the same stream as
+  // the drawing kernel; it unpacks the same args, so it records what that kernel used.
+  void record_draw(const Draw& d);
   // dev.launch(k, stream); throws DeviceError("kernel <name>", status, layer) on failure.
   void launch(const device::Kernel& k);
   Tensor alloc_tensor(const Shape& shape, DType dtype, device::MemCategory cat);

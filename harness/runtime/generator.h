@@ -17,12 +17,20 @@
 // live state (graphsafe_get_state), so restoring it does not rewind anything. get_state() during
 // a graph-safe capture returns (seed, intragraph offset), set_state() with the same seed rewinds
 // the intragraph offset (PyTorch 2.10+).
+// Device pairs (16 bytes, category Other): Shared allocates its pair at construction (graph-safe
+// only) and sets it to (seed, 0); PerCapture allocates one per capture_begin under a Relaxed
+// capture-mode guard, so capture_begin may run before or after stream_begin_capture. Pairs live
+// until ~Generator. "Capturing" means registered (capture_begin..capture_end): an unregistered
+// generator draws by value even inside a stream capture (bug class 5). restore(snapshot) is
+// set_state(seed, offset), so during a graph-safe capture it moves the intragraph offset.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/device/device.h"
 #include "harness/runtime/philox.h"

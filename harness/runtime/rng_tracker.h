@@ -21,6 +21,7 @@ class RngTracker {
   RngTracker(device::Device& dev, uint64_t seed, GeneratorMode mode, DeviceStateModel model);
 
   Generator& current();
+  const std::string& current_name() const { return current_; }
   Generator& get(const std::string& name);  // throws RngError for an unknown name
   std::vector<std::string> names() const;
   void add(const std::string& name, uint64_t seed);  // throws RngError if it exists

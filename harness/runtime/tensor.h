@@ -73,14 +73,20 @@ class Allocator {
   device::Device& device() { return dev_; }
 
   // Throws std::runtime_error naming the failing call and its CUDA error (e.g. a cudaMalloc that a
-  // capture refused) when the device refuses.
+  // capture refused) when the device refuses; it is a DeviceError (context.h). A tensor of zero
+  // elements allocates nothing (data == nullptr). Pool blocks are 512-byte multiples, best fit,
+  // never split; every cudaFree the allocator makes runs under a Relaxed capture-mode guard, so
+  // dropping a tensor never breaks a capture (in PyTorch a free only returns the block to a cache).
   Tensor alloc(const Shape& shape, DType dtype, device::MemCategory cat);
   // Called by ~Storage when the last reference drops: back to its pool, or cudaFree when eager.
   void release(Storage& s);
 
   // Pools for graphs. While a pool is active on this thread, alloc() serves from it.
   PoolId create_pool();
-  void destroy_pool(PoolId id);  // frees the pool's blocks; its tensors must already be freed
+  // Frees the pool's blocks. Throws std::logic_error while the pool is pushed on any thread. A
+  // block whose tensor is still alive is freed when that tensor's last reference drops (and counts
+  // as reserved until then); the pool can no longer be pushed.
+  void destroy_pool(PoolId id);
   void push_pool(PoolId id);
   void pop_pool();
   PoolId active_pool() const;
@@ -92,9 +98,12 @@ class Allocator {
     int64_t tensor_peak_bytes = 0;
     int64_t pool_reserved_bytes = 0;  // bytes held by all pools' blocks
     int64_t pool_peak_reserved_bytes = 0;
+    int64_t free_failures = 0;  // cudaFree calls the device refused (cannot throw from ~Storage)
   };
   Stats stats() const;
   void reset_peaks();
+  // Bytes held by one pool's blocks (0 for an unknown or fully released pool).
+  int64_t pool_reserved_bytes(PoolId id) const;
 
  private:
   struct Impl;
