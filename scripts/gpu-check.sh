@@ -12,7 +12,8 @@ status=0
 
 {
   echo "# recap GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "# commit: $(git rev-parse HEAD 2>/dev/null || cat .git-commit 2>/dev/null || echo unknown)"
+  # The device machine gets a copy of the tree without .git: pass the commit in RECAP_COMMIT.
+  echo "# commit: ${RECAP_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
 } | tee "$out/context.txt"
 
