@@ -29,5 +29,6 @@ std::unique_ptr<device::Device> open_device(const std::string& backend, const de
 // Each subcommand registers itself and sets *run to the function main calls after parsing.
 using Runner = std::function<int()>;
 void add_conformance_command(CLI::App& app, Runner* run);
+void add_run_command(CLI::App& app, Runner* run);
 
 }  // namespace recap::cli

@@ -35,7 +35,21 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "recap 0.1.0");
   Runner run;
   add_conformance_command(app, &run);
+  add_run_command(app, &run);
 
+  // An unknown command: CLI11 would only say "A subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      found = found || sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::fprintf(stderr, "recap: error: unknown command '%s' (commands: %s)\n", argv[1], known.c_str());
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version

@@ -351,6 +351,10 @@ void upload(device::Device& dev, const Tensor& t, const void* host, size_t bytes
   if (bytes == 0) return;
   device::Status s = dev.memcpy(t.data, host, bytes, device::CopyKind::HostToDevice);
   if (!device::ok(s)) throw DeviceError("cudaMemcpy", s, "upload of " + std::to_string(bytes) + " bytes");
+  // A pageable host-to-device cudaMemcpy may return before the data lands, and work on a
+  // non-blocking stream does not wait for the legacy stream: finish the copy before anyone reads.
+  s = dev.device_synchronize();
+  if (!device::ok(s)) throw DeviceError("cudaDeviceSynchronize", s, "after an upload");
 }
 
 void download(device::Device& dev, const Tensor& t, void* host, size_t bytes) {

@@ -1,0 +1,61 @@
+// Phase flags, as Megatron-LM keeps them (is_graph_warmup / is_graph_capturing in
+// megatron/core/transformer/cuda_graphs.py), plus autograd's "is checkpoint valid" switch.
+//
+// Checkpoint policies read these flags (the `skip` policy bypasses recompute while either is set,
+// Megatron-LM PR #3919). Megatron sets and clears them with plain assignments, and nothing clears
+// them when a capture throws: one failed capture leaves recompute disabled for the rest of
+// training (bug class 6 of reference/recompute-and-rng.md). recap sets them only through the RAII
+// scopes below, whose destructors restore the previous value on every exit path, exceptions
+// included. The flags are per thread (one training loop per thread).
+#pragma once
+
+namespace recap::runtime {
+
+bool is_graph_warmup();
+bool is_graph_capturing();
+
+// torch.autograd._is_checkpoint_valid(): false while a backward runs in grad-of-inputs style
+// (torch.autograd.grad), which a reentrant checkpoint refuses.
+bool is_checkpoint_valid();
+
+// RAII: is_graph_warmup() is true inside the scope (unless `on` is false) and restored after.
+class GraphWarmupScope {
+ public:
+  explicit GraphWarmupScope(bool on = true);
+  ~GraphWarmupScope();
+  GraphWarmupScope(const GraphWarmupScope&) = delete;
+  GraphWarmupScope& operator=(const GraphWarmupScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// RAII: is_graph_capturing() is true inside the scope (unless `on` is false) and restored after.
+class GraphCaptureScope {
+ public:
+  explicit GraphCaptureScope(bool on = true);
+  ~GraphCaptureScope();
+  GraphCaptureScope(const GraphCaptureScope&) = delete;
+  GraphCaptureScope& operator=(const GraphCaptureScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// RAII: a backward in grad-of-inputs style (torch.autograd.grad) when `grad_of_inputs`:
+// is_checkpoint_valid() is false inside the scope.
+class BackwardStyleScope {
+ public:
+  explicit BackwardStyleScope(bool grad_of_inputs);
+  ~BackwardStyleScope();
+  BackwardStyleScope(const BackwardStyleScope&) = delete;
+  BackwardStyleScope& operator=(const BackwardStyleScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Test support: both graph flags false and checkpointing valid.
+bool phase_flags_clear();
+
+}  // namespace recap::runtime
