@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
 mkdir -p "$out"
 build=build-gpu
+# cuBLAS is linked dynamically (Debian/NVIDIA ship no static one here); the machine image has it.
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 status=0
 
 {
