@@ -24,6 +24,16 @@ status=0
   > "$out/conformance-cuda.log" 2>&1 || status=1
 tail -n 3 "$out/conformance-cuda.log"
 
+# Every example case through `recap run` on the GPU (exit 1 is expected for the cases whose
+# expected disposition is failed/incorrect; the log says "as expected" or not).
+: > "$out/runs.log"
+for f in corpus/examples/*.json; do
+  echo "===== $f" >> "$out/runs.log"
+  "$build/harness/cli/recap" run "$f" --backend cuda >> "$out/runs.log" 2>&1
+  echo "exit code $?" >> "$out/runs.log"
+done
+grep -cE "^expected: .*\(as expected\)" "$out/runs.log" | sed 's/^/recap run: cases as expected: /'
+
 # Every gtest binary (gpu tests run here instead of skipping), into one log: the device tool
 # brings back at most 8 files.
 : > "$out/tests.log"

@@ -17,6 +17,17 @@ std::string mode_id(device::CaptureMode m) {
 
 std::vector<uint32_t> rep(size_t n, uint32_t v) { return std::vector<uint32_t>(n, v); }
 
+void add(std::vector<Scenario>& out, std::string name, std::string rule, std::function<void(Recorder&)> run) {
+  out.push_back(Scenario{std::move(name), std::move(rule), std::move(run)});
+}
+
+uint64_t capture_id(Recorder& r, device::Stream s) {
+  device::CaptureStatus st = device::CaptureStatus::None;
+  uint64_t id = 0;
+  r.dev().stream_get_capture_info(s, &st, &id);
+  return id;
+}
+
 }  // namespace detail
 
 const std::vector<Scenario>& all_scenarios() {

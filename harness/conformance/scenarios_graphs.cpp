@@ -18,10 +18,6 @@ namespace k = device::kernels;
 
 constexpr const char* kInferred = " (inferred)";
 
-void add(std::vector<Scenario>& out, std::string name, std::string rule, std::function<void(Recorder&)> run) {
-  out.push_back(Scenario{std::move(name), std::move(rule), std::move(run)});
-}
-
 // Captures `body` on s (global mode) and returns the graph; records begin, end and node count.
 device::Graph capture(Recorder& r, Stream s, const std::string& what, int nodes, const std::function<void()>& body) {
   r.begin("cudaStreamBeginCapture(s, global) [" + what + "]", s, CaptureMode::Global);

@@ -23,6 +23,11 @@ void add_measured(std::vector<Scenario>& out);
 // Identifiers used in scenario names.
 std::string mode_id(device::CaptureMode m);  // "global", "threadlocal", "relaxed"
 
+// Appends a scenario.
+void add(std::vector<Scenario>& out, std::string name, std::string rule, std::function<void(Recorder&)> run);
+// The capture sequence id of `s` (0 when none, or when the capture is invalidated).
+uint64_t capture_id(Recorder& r, device::Stream s);
+
 // n copies of v.
 std::vector<uint32_t> rep(size_t n, uint32_t v);
 

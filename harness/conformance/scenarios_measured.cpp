@@ -12,17 +12,6 @@ using device::Status;
 using device::Stream;
 namespace k = device::kernels;
 
-void add(std::vector<Scenario>& out, std::string name, std::string rule, std::function<void(Recorder&)> run) {
-  out.push_back(Scenario{std::move(name), std::move(rule), std::move(run)});
-}
-
-uint64_t capture_id(Recorder& r, Stream s) {
-  CaptureStatus st = CaptureStatus::None;
-  uint64_t id = 0;
-  r.dev().stream_get_capture_info(s, &st, &id);
-  return id;
-}
-
 }  // namespace
 
 void add_measured(std::vector<Scenario>& out) {

@@ -18,10 +18,6 @@ namespace k = device::kernels;
 
 constexpr const char* kInferred = " (inferred)";
 
-void add(std::vector<Scenario>& out, std::string name, std::string rule, std::function<void(Recorder&)> run) {
-  out.push_back(Scenario{std::move(name), std::move(rule), std::move(run)});
-}
-
 // Makes the capture on `s` invalid with a call barred on the capturing thread (cudaMalloc).
 void invalidate_with_malloc(Recorder& r) {
   void* p = nullptr;
@@ -40,13 +36,6 @@ void fork(Recorder& r, Stream s1, Stream s2, Event e) {
 void join(Recorder& r, Stream s1, Stream s2, Event e) {
   r.call("cudaEventRecord(e2, s2)", r.dev().event_record(e, s2), Status::Success);
   r.call("cudaStreamWaitEvent(s1, e2) (join)", r.dev().stream_wait_event(s1, e), Status::Success);
-}
-
-uint64_t capture_id(Recorder& r, Stream s) {
-  CaptureStatus st = CaptureStatus::None;
-  uint64_t id = 0;
-  r.dev().stream_get_capture_info(s, &st, &id);
-  return id;
 }
 
 void add_begin(std::vector<Scenario>& out) {
