@@ -1,0 +1,59 @@
+// Fuzzing: RapidCheck generates cases (generators.h), evaluate() judges them (oracles.h), and a
+// failure is shrunk to a minimal case.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "properties/generators.h"
+#include "properties/oracles.h"
+
+namespace recap::properties {
+
+struct FuzzOptions {
+  uint64_t seed = 1;
+  int cases = 100;             // per campaign (all jobs together), before sharding
+  double time_budget_s = 0.0;  // 0: none; otherwise stop starting new cases after this
+  GenConfig gen;
+  OracleOptions oracle;
+  int shard_index = 0;         // this process runs shard `shard_index` of `shard_count`
+  int shard_count = 1;
+};
+
+struct Counterexample {
+  runtime::CaseSpec spec;   // shrunk
+  CaseReport report;        // of the shrunk case
+  std::string property;     // the first failing property
+  std::string reproduce;    // RapidCheck's reproduce string (RC_PARAMS="reproduce=...")
+  int shrinks = 0;
+  uint64_t seed = 0;        // the campaign seed that found it
+};
+
+struct FuzzStats {
+  int cases = 0;
+  std::map<std::string, int> by_disposition;     // "passed" -> 1980, ...
+  std::map<std::string, int> classification;    // "checkpoint+capture+dropout" -> 412, "executor=per-layer" -> ...
+  std::vector<std::string> findings;            // distinct non-failing findings (memory ...), with counts
+  std::vector<Counterexample> failures;
+  double seconds = 0.0;
+  std::vector<CaseReport> reports;               // every case's report, in order (for --report)
+};
+
+struct Progress {
+  int done = 0;
+  int failures = 0;
+  double elapsed_s = 0.0;
+  double time_left_s = -1.0;  // -1: no budget
+};
+
+// Runs a campaign. Deterministic for a seed: the same cases, verdicts and reports (timings aside).
+FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress = {});
+
+// The labels classification() counts a case under (QuickCheck's `classify`): e.g.
+// "checkpoint+capture+dropout", "executor=per-layer", "policy=graph-safe", "generator=host", ...
+std::vector<std::string> classify(const runtime::CaseSpec& spec);
+
+}  // namespace recap::properties

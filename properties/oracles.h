@@ -1,0 +1,88 @@
+// The oracles (DESIGN.md, "Properties and oracles"): what recap demands of a case. evaluate() runs
+// the case and whatever references its properties need (the eager run of the same case, the same
+// case without recompute, the fp64 reference of each layer), then judges it.
+//
+// Properties know nothing of CUDA: they see cases, runs and devices through the runtime.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/device/device.h"
+#include "harness/runtime/spec.h"
+
+namespace recap::properties {
+
+using Json = nlohmann::json;
+
+// Dispositions, as CUTLASS names them.
+enum class Disposition { Passed, Failed, Incorrect, Crashed, Skipped };
+std::string disposition_name(Disposition d);  // "passed", "failed", "incorrect", "crashed", "skipped"
+bool disposition_from_name(const std::string& s, Disposition* out);
+// The worse of two (crashed > failed > incorrect > passed > skipped).
+Disposition worse(Disposition a, Disposition b);
+
+// The property names, in the order they are checked.
+//   capture_clean     a capture-safe configuration raises no capture error (naive's is reported
+//                     with the failing API and CUDA error name)
+//   eager_vs_graphed  loss, gradients, parameters bitwise equal to the eager run at every step
+//                     and microbatch
+//   recompute_on_off  bitwise equal to the same case without checkpointing
+//   rng_ledger        every recomputed draw equals its forward draw; no mask reused across steps
+//   memory            peak and graph-pool bytes against the prediction; recompute saves
+//                     activation memory inside graphs; nothing live after teardown
+//   reference         every layer's gradients against the fp64 reference (tolerance)
+//   hygiene           after an injected capture failure, flags and streams are clean and the
+//                     next step works
+const std::vector<std::string>& property_names();
+
+// Where two runs first differ.
+struct Divergence {
+  int step = -1;
+  int microbatch = -1;       // -1: after the step (parameters)
+  std::string tensor;        // "loss", "grad block1.mlp.fc1.weight", "param block0.ln1.weight"
+  double max_abs_error = 0.0;
+  uint64_t max_ulps = 0;
+  std::string describe() const;  // "step 3, microbatch 1, grad block1.mlp.fc1.weight: max abs 2.4e-07, 3 ulps"
+};
+
+struct CheckResult {
+  std::string property;
+  Disposition disposition = Disposition::Skipped;  // Skipped: not applicable to this case
+  std::string reason;                              // one line; empty when passed
+  std::optional<Divergence> divergence;
+  std::string api;         // capture failures: the failing call ("cudaStreamSynchronize")
+  std::string cuda_error;  // capture failures: "cudaErrorStreamCaptureUnsupported"
+  int64_t bytes = 0;       // memory findings: activation bytes recompute failed to save
+};
+
+struct OracleOptions {
+  device::BackendChoice backend = device::BackendChoice::Sim;
+  // The skip policy's lost saving inside graphs: a finding (false) or a failure (true).
+  bool require_memory_savings = false;
+  std::vector<std::string> properties;  // the ones to check; empty: all
+};
+
+struct CaseReport {
+  runtime::CaseSpec spec;
+  std::string backend;      // "sim", "cuda"
+  std::string device_name;
+  Disposition disposition = Disposition::Passed;  // the worst over the checks
+  std::vector<CheckResult> checks;
+  std::vector<std::string> findings;  // what is worth a reviewer's eye without failing
+  Json memory;   // by category (live/peak), graph pool, prediction
+  Json timings;  // eager step, capture, replay step (ms); excluded from determinism comparisons
+  // The first failing check, one line: "eager_vs_graphed: step 3, microbatch 1, grad ...".
+  std::string first_failure() const;
+};
+
+// Runs and judges one case. Never throws for a case that validates: an exception inside a run is
+// a `crashed` check with its message.
+CaseReport evaluate(const runtime::CaseSpec& spec, const OracleOptions& opts);
+
+Json case_report_to_json(const CaseReport& r);
+
+}  // namespace recap::properties
