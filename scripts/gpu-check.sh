@@ -7,8 +7,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-logs}"
 mkdir -p "$out"
-build=build-gpu
+build="${RECAP_BUILD:-build-gpu}"
 # cuBLAS is linked dynamically (Debian/NVIDIA ship no static one here); the machine image has it.
+export RECAP_EXAMPLES_DIR="$PWD/corpus/examples"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 status=0
 

@@ -1,0 +1,142 @@
+// Writing what a campaign found: the JSON report (schema "recap.report/1", described by
+// reports/schema/recap.report.schema.json), JUnit XML, corpus files named by their content, and
+// QuickCheck-style coverage requirements. Everything here works on JSON and plain structs, so it
+// knows nothing of how cases are generated or judged.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace recap::reports {
+
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kReportSchema = "recap.report/1";
+
+// Converts any nlohmann JSON (plain or ordered) to ordered JSON, replacing every non-finite
+// floating-point number by the string "nan", "inf" or "-inf" (nlohmann would write null). The
+// schema says so.
+template <class J>
+Json explicit_nonfinite(const J& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::object: {
+      Json o = Json::object();
+      for (auto it = j.begin(); it != j.end(); ++it) o[it.key()] = explicit_nonfinite(it.value());
+      return o;
+    }
+    case nlohmann::json::value_t::array: {
+      Json a = Json::array();
+      for (const auto& v : j) a.push_back(explicit_nonfinite(v));
+      return a;
+    }
+    case nlohmann::json::value_t::number_float: {
+      double d = j.template get<double>();
+      if (d != d) return "nan";
+      if (d == std::numeric_limits<double>::infinity()) return "inf";
+      if (d == -std::numeric_limits<double>::infinity()) return "-inf";
+      return d;
+    }
+    case nlohmann::json::value_t::number_integer: return j.template get<int64_t>();
+    case nlohmann::json::value_t::number_unsigned: return j.template get<uint64_t>();
+    case nlohmann::json::value_t::boolean: return j.template get<bool>();
+    case nlohmann::json::value_t::string: return j.template get<std::string>();
+    default: return nullptr;
+  }
+}
+
+// The run context: what produced the report.
+struct RunContext {
+  std::string command;      // "fuzz", "gate", "replay"
+  std::string recap_version;
+  std::string git_commit;   // "" when unknown
+  std::string backend;
+  std::string device;
+  uint64_t seed = 0;
+  std::string policy;       // "" when drawn
+  int cases_requested = 0;
+  int jobs = 1;
+  std::string shard;        // "i/n"
+  std::string started_utc;  // ISO 8601
+  std::string host;
+};
+Json context_to_json(const RunContext& c);
+// `git rev-parse HEAD` in the source tree (or the working directory), else the compile-time
+// RECAP_GIT_COMMIT, else "".
+std::string git_commit();
+std::string utc_now_iso8601();
+
+// FNV-1a 64 of a string, as 16 lower-case hex digits.
+std::string content_hash_hex(const std::string& s);
+// The canonical text of a case for naming: the case JSON without name, description, expected and
+// comment keys, compact.
+std::string canonical_case_text(const Json& case_json);
+// "<property>-<disposition>-<first 12 hex digits of the hash of the canonical case text>.json":
+// the same case always gets the same name, so corpora from shards merge by file name.
+std::string corpus_file_name(const std::string& property, const std::string& disposition, const Json& case_json);
+
+// A counterexample as a corpus file: the case JSON with `name`, `description`, `expected`
+// {disposition, property, error, api} and `_found` {seed, reproduce, shrinks, reason} (an
+// underscore key: a comment to the case reader). Writes it under `dir` (created when missing) and
+// returns the path; "" and *error on failure.
+struct CorpusEntry {
+  Json case_json;        // runtime::case_to_json of the shrunk case
+  std::string property;  // the first failing property
+  std::string disposition;
+  std::string error;     // CUDA error name (or error kind) when the failure has one
+  std::string api;
+  std::string reason;    // one line
+  std::string reproduce; // RapidCheck's reproduce string
+  uint64_t seed = 0;
+  int shrinks = 0;
+};
+std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std::string* error);
+
+// ---- coverage (QuickCheck's checkCoverage) --------------------------------------------------
+
+struct CoverageRequirement {
+  std::string label;     // a classify() label, e.g. "checkpoint+capture+dropout"
+  double min_share;      // of all cases, in [0, 1]
+  std::string why;       // one line, for the docs and --help
+};
+// The gate's requirements (justified in the README): see coverage.cpp.
+const std::vector<CoverageRequirement>& default_coverage(bool policy_fixed);
+// One line per unmet requirement: "coverage: checkpoint+capture+dropout in 4.2% of 300 cases, needs
+// at least 10%".
+std::vector<std::string> check_coverage(const std::map<std::string, int>& classification, int cases,
+                                        const std::vector<CoverageRequirement>& reqs);
+
+// ---- JUnit XML --------------------------------------------------------------------------------
+
+struct JUnitCase {
+  std::string name;
+  std::string classname;
+  double seconds = 0.0;
+  bool skipped = false;
+  std::string skip_message;
+  // failure (a property failed or a verdict differed) or error (crashed)
+  std::string failure_kind;  // "", "failure", "error"
+  std::string failure_type;  // e.g. "failed", "incorrect", "crashed", "coverage"
+  std::string message;       // one line (carries the replay command)
+  std::string text;          // details
+};
+struct JUnitSuite {
+  std::string name;
+  std::vector<JUnitCase> cases;
+  std::string timestamp;     // ISO 8601 without zone, as the XSD wants
+  std::string hostname;
+  std::map<std::string, std::string> properties;  // <properties><property name= value=/>
+};
+std::string xml_escape(const std::string& s);
+// <testsuites> with one <testsuite> per suite (attributes the JUnit XSD requires: name, tests,
+// failures, errors, skipped, time, timestamp, hostname, id, package).
+std::string junit_xml(const std::vector<JUnitSuite>& suites);
+
+// Writes text to a file; false and *error naming the file on failure.
+bool write_text_file(const std::string& path, const std::string& text, std::string* error);
+
+}  // namespace recap::reports
