@@ -1,6 +1,7 @@
 // Stream-order exploration and the race check, including the acceptance tests: a planted missing
 // event wait is found within 100 seeds (a race report naming both launches, and a stale value for
 // at least one seed); the correctly joined program is clean and right over 1,000 seeds.
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -43,6 +44,8 @@ ProducerConsumerRun producer_consumer(uint64_t seed, bool joined) {
 
 TEST(SimExplore, PlantedMissingEventWaitIsFoundWithin100Seeds) {
   bool reported = false, stale = false;
+  uint64_t first_stale_seed = 0;
+  std::string first_report;
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     ProducerConsumerRun run = producer_consumer(seed, /*joined=*/false);
     for (const sim::RaceReport& r : run.races) {
@@ -56,9 +59,13 @@ TEST(SimExplore, PlantedMissingEventWaitIsFoundWithin100Seeds) {
       EXPECT_TRUE(r.first_writes && !r.second_writes) << text;
       EXPECT_EQ(r.bytes, kWords * sizeof(uint32_t)) << text;
       reported = reported || names_both;
+      if (first_report.empty()) first_report = "seed " + std::to_string(seed) + ": " + text;
     }
+    if (run.stale && !stale) first_stale_seed = seed;
     stale = stale || run.stale;
   }
+  std::printf("    first race report: %s\n    first seed where the consumer read the stale value: %llu\n",
+              first_report.c_str(), static_cast<unsigned long long>(first_stale_seed));
   EXPECT_TRUE(reported) << "no race report naming the producer and the consumer";
   EXPECT_TRUE(stale) << "no seed let the consumer observe the stale value";
 }
