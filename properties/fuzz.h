@@ -21,6 +21,9 @@ struct FuzzOptions {
   OracleOptions oracle;
   int shard_index = 0;         // this process runs shard `shard_index` of `shard_count`
   int shard_count = 1;
+  // Stop starting chunks once this many counterexamples are found (0: no limit). Chunks are
+  // RapidCheck runs of up to 100 cases; a failing chunk ends at its first failure and shrinks it.
+  int max_failures = 1;
 };
 
 struct Counterexample {
@@ -30,6 +33,7 @@ struct Counterexample {
   std::string reproduce;    // RapidCheck's reproduce string (RC_PARAMS="reproduce=...")
   int shrinks = 0;
   uint64_t seed = 0;        // the campaign seed that found it
+  std::string description;  // RapidCheck's failure description (the shrunk case's first failure)
 };
 
 struct FuzzStats {

@@ -14,6 +14,15 @@ namespace recap::properties {
 struct GenConfig {
   device::Backend backend = device::Backend::Sim;  // sim: hidden 8-64, tokens 4-64; cuda: larger
   std::optional<runtime::CheckpointPolicy> policy;  // fixed, or drawn when absent
+  // Keep the knobs that are broken whatever the policy in their sound setting, so that a campaign
+  // judges the policy alone: graphed cases use the graph-safe generator (a host generator bakes
+  // offsets into graphs, bug classes 4/5); reentrant checkpoints get a plain warmup backward
+  // (Megatron-LM #2758); under skip, eager cases use the host generator and graphed cases have no
+  // dropout inside checkpointed layers (skip checkpoints as naive outside graph phases: live RNG
+  // handles, bug class 3). Absent: sound when `policy` is fixed to skip or graph-safe, everything
+  // drawn otherwise. A campaign fixed to naive draws graphed cases with the host generator (its
+  // capture failure, bug class 14) and explores its eager defect (bug class 3) on eager cases.
+  std::optional<bool> sound_knobs;
 };
 
 // A valid case covering the whole configuration space of the runtime (issue 4, item 1).

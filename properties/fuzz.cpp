@@ -1,0 +1,226 @@
+// The fuzz campaign: chunks of cases, each one RapidCheck run (rc::detail::checkProperty) with a
+// seed derived from the campaign seed and the chunk index. Chunk c belongs to shard c % n, so
+// shards run disjoint, deterministic subsets and together the whole campaign.
+//
+// Shrinking keeps the failure's identity (the first failing property, its disposition and CUDA
+// error), as Hypothesis distinguishes failures: a shrink that fails differently counts as passing,
+// so a capture failure does not shrink into another bug. The last failing evaluation during
+// shrinking is the shrunk case (RapidCheck tries candidates in order and keeps each failing one).
+#include "properties/fuzz.h"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <unordered_map>
+
+#include <rapidcheck/Check.h>
+#include <rapidcheck/detail/TestListener.h>
+
+namespace rc::detail {
+// Defined in librapidcheck (src/detail/ReproduceMap... ), not declared by its installed headers.
+std::string reproduceMapToString(const std::unordered_map<std::string, Reproduce>& reproduceMap);
+}  // namespace rc::detail
+
+namespace recap::properties {
+
+using runtime::CaseSpec;
+
+std::vector<std::string> classify(const CaseSpec& s) {
+  std::vector<std::string> out;
+  bool ckpt = s.any_checkpoint();
+  bool capture = s.executor != runtime::ExecutorKind::Eager;
+  bool graphed_layer = false, dropout = false, ckpt_graphed = false;
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    bool g = s.executor == runtime::ExecutorKind::FullIteration || (capture && s.layers[i].graphed);
+    graphed_layer = graphed_layer || g;
+    if (s.model.layers[i].dropout > 0.0f) dropout = true;
+    if (g && s.layers[i].checkpoint != runtime::CheckpointGranularity::None) ckpt_graphed = true;
+  }
+  capture = capture && graphed_layer;
+  if (ckpt && capture && dropout) out.push_back("checkpoint+capture+dropout");
+  if (ckpt_graphed) out.push_back("checkpoint inside graphs");
+  if (ckpt) out.push_back("checkpoint");
+  if (capture) out.push_back("capture");
+  if (dropout) out.push_back("dropout");
+  out.push_back("executor=" + runtime::executor_name(s.executor));
+  out.push_back("policy=" + runtime::policy_name(s.policy));
+  out.push_back("generator=" + runtime::generator_mode_name(s.generator));
+  out.push_back("device_state=" + runtime::device_state_model_name(s.device_state));
+  out.push_back("style=" + runtime::style_name(s.style));
+  out.push_back("warmup_backward=" + runtime::warmup_backward_name(s.warmup_backward));
+  out.push_back(std::string("dtype=") + (s.model.dtype == models::DType::BF16 ? "bf16" : "fp32"));
+  out.push_back("layers=" + std::to_string(s.model.layers.size()));
+  out.push_back("microbatches=" + std::to_string(s.microbatches));
+  if (!s.order.empty()) out.push_back("interleaved order");
+  out.push_back("warmup=" + std::to_string(s.warmup));
+  bool selective = false;
+  for (const auto& l : s.model.layers) out.push_back("kind=" + l.kind);
+  for (const auto& f : s.layers) selective = selective || f.checkpoint == runtime::CheckpointGranularity::Selective;
+  if (selective) out.push_back("selective");
+  if (!s.shared_pool) out.push_back("separate pools");
+  // kinds may repeat: dedupe, keeping order
+  std::vector<std::string> uniq;
+  for (auto& l : out)
+    if (std::find(uniq.begin(), uniq.end(), l) == uniq.end()) uniq.push_back(l);
+  return uniq;
+}
+
+namespace {
+
+constexpr int kChunk = 100;
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+bool failing(Disposition d) {
+  return d == Disposition::Failed || d == Disposition::Incorrect || d == Disposition::Crashed;
+}
+
+// What identifies a failure while shrinking.
+std::string signature(const CaseReport& r) {
+  for (const auto& c : r.checks)
+    if (failing(c.disposition)) return c.property + "/" + disposition_name(c.disposition) + "/" + c.cuda_error;
+  return "";
+}
+
+std::string first_failing_property(const CaseReport& r) {
+  for (const auto& c : r.checks)
+    if (failing(c.disposition)) return c.property;
+  return "";
+}
+
+// "memory: recompute lost inside graphs (skip): 1234 bytes ..." -> "memory: recompute lost inside graphs (skip)"
+std::string finding_key(const std::string& f) {
+  auto a = f.find(": ");
+  if (a == std::string::npos) return f;
+  auto b = f.find(": ", a + 2);
+  return b == std::string::npos ? f : f.substr(0, b);
+}
+
+struct Listener : rc::detail::TestListener {
+  int accepted = 0;
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool ok) override { accepted += ok ? 1 : 0; }
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
+}  // namespace
+
+FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress) {
+  FuzzStats st;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto out_of_time = [&] { return opts.time_budget_s > 0 && elapsed() >= opts.time_budget_s; };
+  const int shards = std::max(1, opts.shard_count);
+  const int shard = opts.shard_index;
+  std::map<std::string, std::pair<int, std::pair<int64_t, int64_t>>> findings;  // key -> count, min/max bytes
+
+  auto report_progress = [&] {
+    if (!progress) return;
+    Progress p;
+    p.done = st.cases;
+    p.failures = static_cast<int>(st.failures.size());
+    p.elapsed_s = elapsed();
+    p.time_left_s = opts.time_budget_s > 0 ? std::max(0.0, opts.time_budget_s - p.elapsed_s) : -1.0;
+    progress(p);
+  };
+
+  const int chunks = (opts.cases + kChunk - 1) / kChunk;
+  for (int c = 0; c < chunks; ++c) {
+    if (c % shards != shard) continue;
+    if (out_of_time()) break;
+    if (opts.max_failures > 0 && static_cast<int>(st.failures.size()) >= opts.max_failures) break;
+    const int n = std::min(kChunk, opts.cases - c * kChunk);
+    const uint64_t chunk_seed = splitmix(opts.seed ^ splitmix(static_cast<uint64_t>(c) + 1));
+
+    bool shrinking = false;
+    std::string target;
+    std::optional<CaseReport> last_failing;
+    std::optional<CaseSpec> first_failing_spec;
+    int evaluations_in_shrink = 0;
+
+    auto prop = [&]() {
+      CaseSpec spec = *gen_case(opts.gen);
+      if (!shrinking && out_of_time()) return;  // budget spent: finish the chunk without running
+      if (shrinking) ++evaluations_in_shrink;
+      CaseReport rep = evaluate(spec, opts.oracle);
+      bool fails = failing(rep.disposition);
+      if (!shrinking) {
+        ++st.cases;
+        st.by_disposition[disposition_name(rep.disposition)]++;
+        for (const auto& l : classify(spec)) st.classification[l]++;
+        for (const auto& f : rep.findings) {
+          auto& e = findings[finding_key(f)];
+          int64_t bytes = 0;
+          for (const auto& k : rep.checks) bytes = std::max(bytes, k.bytes);
+          if (e.first == 0) e.second = {bytes, bytes};
+          e.first++;
+          e.second.first = std::min(e.second.first, bytes);
+          e.second.second = std::max(e.second.second, bytes);
+        }
+        if (fails) {
+          shrinking = true;
+          target = signature(rep);
+          first_failing_spec = spec;
+        }
+        std::string first = rep.first_failure();
+        st.reports.push_back(std::move(rep));
+        report_progress();
+        if (fails) {
+          last_failing = st.reports.back();
+          RC_FAIL(first);
+        }
+        return;
+      }
+      if (fails && signature(rep) == target) {
+        std::string first = rep.first_failure();
+        last_failing = std::move(rep);
+        RC_FAIL(first);
+      }
+    };
+
+    rc::detail::TestParams params;
+    params.seed = chunk_seed;
+    params.maxSuccess = n;
+    params.maxSize = rc::kNominalSize;
+    params.maxDiscardRatio = 10;
+    rc::detail::TestMetadata meta;
+    meta.id = "recap.fuzz";
+    meta.description = "recap fuzz chunk " + std::to_string(c);
+    Listener listener;
+    rc::detail::TestResult result =
+        rc::detail::checkProperty(rc::detail::toProperty(prop), meta, params, listener);
+
+    rc::detail::FailureResult failure;
+    if (result.match(failure) && last_failing) {
+      Counterexample cx;
+      cx.spec = last_failing->spec;
+      cx.report = *last_failing;
+      cx.property = first_failing_property(*last_failing);
+      cx.shrinks = listener.accepted;
+      cx.seed = opts.seed;
+      std::unordered_map<std::string, rc::detail::Reproduce> m{{meta.id, failure.reproduce}};
+      cx.reproduce = "RC_PARAMS=\"reproduce=" + rc::detail::reproduceMapToString(m) + "\"";
+      cx.description = failure.description;
+      st.failures.push_back(std::move(cx));
+      report_progress();
+    } else {
+      rc::detail::Error err;
+      if (result.match(err)) throw std::runtime_error("rapidcheck: " + err.description);
+    }
+  }
+  for (const auto& [key, e] : findings) {
+    std::string line = key + ": " + std::to_string(e.first) + (e.first == 1 ? " case" : " cases");
+    if (e.second.second > 0)
+      line += ", " + std::to_string(e.second.first) + " to " + std::to_string(e.second.second) + " bytes";
+    st.findings.push_back(line);
+  }
+  st.seconds = elapsed();
+  return st;
+}
+
+}  // namespace recap::properties

@@ -1,0 +1,223 @@
+// Case generators. Every knob is drawn from an integer range (gen::inRange shrinks toward its
+// minimum), mapped through a table whose first entry is the simplest value, so RapidCheck's
+// shrinking moves toward fewer layers, smaller dims, fewer steps and flags off. Weights bias the
+// draw (small dims, graphed layers, checkpoint on) without losing shrinkability
+// (gen::weightedElement does not shrink, hence `weighted` below).
+#include "properties/generators.h"
+
+#include <utility>
+#include <vector>
+
+namespace recap::properties {
+namespace {
+
+using runtime::CaseSpec;
+using runtime::CheckpointGranularity;
+using runtime::CheckpointPolicy;
+using runtime::CheckpointStyle;
+using runtime::ExecutorKind;
+using runtime::GeneratorMode;
+
+// inRange scales its range by RapidCheck's size (which ramps up within a run); at a fixed nominal
+// size the draw is uniform over [min, max) and still shrinks toward min. The distribution is then
+// the weights below, whatever the size, which keeps coverage and cost predictable.
+rc::Gen<int> uniform(int min, int max) { return rc::gen::resize(rc::kNominalSize, rc::gen::inRange(min, max)); }
+
+// A weighted choice that shrinks toward the first entry.
+template <typename T>
+rc::Gen<T> weighted(std::vector<std::pair<int, T>> table) {
+  int total = 0;
+  for (const auto& e : table) total += e.first;
+  return rc::gen::map(uniform(0, total), [table](int k) {
+    for (const auto& e : table) {
+      if (k < e.first) return e.second;
+      k -= e.first;
+    }
+    return table.back().second;
+  });
+}
+
+// The layer kinds, simplest first (the shrink target is a linear layer).
+const std::vector<std::string>& kinds_by_simplicity() {
+  static const std::vector<std::string> k = {"linear", "gelu",   "dropout",   "layernorm", "rmsnorm",
+                                             "swiglu", "mlp",    "attention", "block"};
+  return k;
+}
+
+bool has_dropout(const std::string& kind) {
+  return kind == "dropout" || kind == "attention" || kind == "mlp" || kind == "block";
+}
+std::vector<std::string> roles_of(const std::string& kind) {
+  if (kind == "block") return {"attn_core", "mlp", "norm"};
+  if (kind == "attention") return {"attn_core"};
+  return {};
+}
+
+// What one layer draws, before it is fitted to the case (hidden, style).
+struct LayerDraw {
+  int kind = 0;
+  int heads = 1;
+  int ffn_mult = 1;  // ffn_hidden = ffn_mult * hidden (0: the model's default 4 * hidden)
+  float dropout = 0.0f;
+  int checkpoint = 0;  // 0 none, 1 full, 2 selective
+  int roles_mask = 1;  // selective: which of the layer's roles (bit i: roles_of(kind)[i])
+  bool graphed = true;
+};
+
+rc::Gen<LayerDraw> gen_layer() {
+  return rc::gen::build<LayerDraw>(
+      rc::gen::set(&LayerDraw::kind, weighted<int>({{2, 0}, {1, 1}, {2, 2}, {1, 3}, {1, 4}, {1, 5}, {2, 6}, {2, 7}, {3, 8}})),
+      rc::gen::set(&LayerDraw::heads, weighted<int>({{2, 1}, {2, 2}, {1, 4}})),
+      rc::gen::set(&LayerDraw::ffn_mult, weighted<int>({{4, 1}, {2, 2}, {1, 0}})),
+      rc::gen::set(&LayerDraw::dropout, weighted<float>({{2, 0.0f}, {3, 0.1f}, {1, 0.5f}})),
+      rc::gen::set(&LayerDraw::checkpoint, weighted<int>({{1, 0}, {3, 1}, {1, 2}})),
+      rc::gen::set(&LayerDraw::roles_mask, uniform(1, 8)),
+      rc::gen::set(&LayerDraw::graphed, weighted<bool>({{1, false}, {4, true}})));
+}
+
+// The case-wide knobs.
+struct CaseDraw {
+  int hidden = 8;
+  int tokens = 4;
+  bool bf16 = false;
+  std::vector<LayerDraw> layers;
+  int style = 0;  // 0 reentrant, 1 without-output
+  int policy = 2;
+  int executor = 0;
+  int warmup = 0;
+  int replays = 1;
+  int microbatches = 1;
+  int in_flight = 1;  // microbatch order: forwards ahead of backwards (1: the default order)
+  bool host_generator = false;
+  bool per_capture = false;
+  bool grad_of_inputs = false;
+  bool separate_pools = false;
+  int param_seed = 1, data_seed = 2, rng_seed = 3;
+};
+
+}  // namespace
+
+rc::Gen<runtime::CaseSpec> gen_case(const GenConfig& config) {
+  const bool cuda = config.backend == device::Backend::Cuda;
+  // Small dims on sim keep the campaign fast (and small cases shrink well); the range still
+  // reaches the bounds (hidden 8-64, tokens 4-64).
+  rc::Gen<int> hidden = cuda ? weighted<int>({{2, 64}, {2, 128}, {2, 256}, {1, 512}, {1, 1024}})
+                             : weighted<int>({{12, 8}, {6, 16}, {2, 24}, {2, 32}, {1, 48}, {1, 64}});
+  rc::Gen<int> tokens = cuda ? weighted<int>({{2, 64}, {2, 128}, {1, 256}, {1, 512}})
+                             : rc::gen::resize(rc::kNominalSize, rc::gen::oneOf(uniform(4, 9), uniform(4, 9), uniform(4, 9),
+                                              uniform(4, 9), uniform(4, 65)));
+  // Fewer layers are likelier (cost grows with every layer); shrinks toward one.
+  rc::Gen<int> nlayers = weighted<int>({{4, 1}, {4, 2}, {3, 3}, {2, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
+
+  const std::optional<CheckpointPolicy> fixed = config.policy;
+  const bool sound = config.sound_knobs.has_value()
+                         ? *config.sound_knobs
+                         : (fixed.has_value() && *fixed != CheckpointPolicy::Naive);
+
+  rc::Gen<CaseDraw> draw = rc::gen::mapcat(nlayers, [=](int n) {
+    return rc::gen::build<CaseDraw>(
+        rc::gen::set(&CaseDraw::hidden, hidden), rc::gen::set(&CaseDraw::tokens, tokens),
+        rc::gen::set(&CaseDraw::bf16, weighted<bool>({{3, false}, {1, true}})),
+        rc::gen::set(&CaseDraw::layers, rc::gen::container<std::vector<LayerDraw>>(static_cast<size_t>(n), gen_layer())),
+        rc::gen::set(&CaseDraw::style, weighted<int>({{3, 0}, {1, 1}})),
+        rc::gen::set(&CaseDraw::policy, uniform(0, 3)),
+        rc::gen::set(&CaseDraw::executor, weighted<int>({{1, 0}, {2, 1}, {2, 2}})),
+        rc::gen::set(&CaseDraw::warmup, uniform(0, 4)),
+        rc::gen::set(&CaseDraw::replays, uniform(1, 5)),
+        rc::gen::set(&CaseDraw::microbatches, weighted<int>({{4, 1}, {3, 2}, {1, 3}, {1, 4}})),
+        rc::gen::set(&CaseDraw::in_flight, uniform(1, 5)),
+        rc::gen::set(&CaseDraw::host_generator, weighted<bool>({{1, false}, {1, true}})),
+        rc::gen::set(&CaseDraw::per_capture, weighted<bool>({{1, false}, {1, true}})),
+        rc::gen::set(&CaseDraw::grad_of_inputs, weighted<bool>({{3, false}, {1, true}})),
+        rc::gen::set(&CaseDraw::separate_pools, weighted<bool>({{3, false}, {1, true}})),
+        rc::gen::set(&CaseDraw::param_seed, uniform(1, 1000)),
+        rc::gen::set(&CaseDraw::data_seed, uniform(1, 1000)),
+        rc::gen::set(&CaseDraw::rng_seed, uniform(1, 1000)));
+  });
+
+  return rc::gen::map(draw, [=](const CaseDraw& d) {
+    CaseSpec s;
+    s.name = "generated";
+    s.model.hidden = d.hidden;
+    s.model.tokens = d.tokens;
+    s.model.dtype = d.bf16 ? models::DType::BF16 : models::DType::F32;
+    s.style = d.style == 1 ? CheckpointStyle::WithoutOutput : CheckpointStyle::Reentrant;
+    for (const LayerDraw& ld : d.layers) {
+      models::LayerSpec l;
+      l.kind = kinds_by_simplicity()[static_cast<size_t>(ld.kind)];
+      l.heads = (l.kind == "attention" || l.kind == "block") ? ld.heads : 1;
+      l.ffn_hidden = (l.kind == "mlp" || l.kind == "block" || l.kind == "swiglu") ? ld.ffn_mult * d.hidden : 0;
+      l.dropout = has_dropout(l.kind) ? ld.dropout : 0.0f;
+      runtime::LayerFlags f;
+      f.graphed = ld.graphed;
+      auto roles = roles_of(l.kind);
+      if (ld.checkpoint == 1 || (ld.checkpoint == 2 && (roles.empty() || s.style == CheckpointStyle::WithoutOutput))) {
+        f.checkpoint = CheckpointGranularity::Full;
+      } else if (ld.checkpoint == 2) {
+        f.checkpoint = CheckpointGranularity::Selective;
+        for (size_t i = 0; i < roles.size(); ++i)
+          if (ld.roles_mask & (1 << i)) f.modules.push_back(roles[i]);
+        if (f.modules.empty()) f.modules.push_back(roles[0]);
+      }
+      s.model.layers.push_back(l);
+      s.layers.push_back(f);
+    }
+    // Policy: shrinks toward naive when drawn (the simplest: checkpoint as in eager mode).
+    s.policy = fixed ? *fixed : static_cast<CheckpointPolicy>(d.policy);
+    s.executor = static_cast<ExecutorKind>(d.executor);
+    s.warmup = d.warmup;
+    s.replays = d.replays;
+    s.microbatches = d.microbatches;
+    // A valid order: forwards run up to `in_flight` microbatches ahead of their backwards (1F1B
+    // with a warmup of in_flight forwards). in_flight 1 is the default order (left empty).
+    int w = std::min(d.in_flight, d.microbatches);
+    if (w > 1) {
+      int f = 0, b = 0;
+      while (b < d.microbatches) {
+        if (f < d.microbatches && f - b < w) {
+          s.order.push_back(1);
+          ++f;
+        } else {
+          s.order.push_back(-1);
+          ++b;
+        }
+      }
+    }
+    s.generator = d.host_generator ? GeneratorMode::Host : GeneratorMode::GraphSafe;
+    s.device_state = d.per_capture ? runtime::DeviceStateModel::PerCapture : runtime::DeviceStateModel::Shared;
+    s.warmup_backward = d.grad_of_inputs ? runtime::WarmupBackward::GradOfInputs : runtime::WarmupBackward::Backward;
+    if (sound) {
+      // Knobs broken by construction whatever the checkpoint policy (a host generator under
+      // graphs bakes its offsets, bug classes 4/5; reentrant checkpoints refuse a grad-of-inputs
+      // warmup backward, Megatron-LM #2758) stay in their sound setting.
+      if (s.executor != ExecutorKind::Eager) s.generator = GeneratorMode::GraphSafe;
+      if (s.style == CheckpointStyle::Reentrant) s.warmup_backward = runtime::WarmupBackward::Backward;
+      if (s.policy == CheckpointPolicy::Skip) {
+        // Outside the graph phases `skip` checkpoints as naive does, which is sound with a host
+        // generator (true snapshots) and wrong with a graph-safe one (live handles, bug class 3)
+        // wherever a checkpointed region draws eagerly. Eager cases take the host generator;
+        // graphed cases keep the graph-safe one and no dropout inside checkpointed layers.
+        if (s.executor == ExecutorKind::Eager) {
+          s.generator = GeneratorMode::Host;
+        } else {
+          for (size_t i = 0; i < s.layers.size(); ++i)
+            if (s.layers[i].checkpoint != CheckpointGranularity::None) s.model.layers[i].dropout = 0.0f;
+        }
+      }
+    }
+    if (!sound && fixed && *fixed == CheckpointPolicy::Naive && s.executor != ExecutorKind::Eager) {
+      // A naive campaign judges naive under graphs with the host generator (its capture failure,
+      // bug class 14); naive's other defect, live RNG handles with a graph-safe generator (bug
+      // class 3), shows eagerly and is explored by eager cases (and by campaigns that draw the
+      // policy). Otherwise the eager defect, found in any graphed case too, masks the capture one.
+      s.generator = GeneratorMode::Host;
+    }
+    s.shared_pool = !d.separate_pools;
+    s.param_seed = static_cast<uint64_t>(d.param_seed);
+    s.data_seed = static_cast<uint64_t>(d.data_seed);
+    s.rng_seed = static_cast<uint64_t>(d.rng_seed);
+    return s;
+  });
+}
+
+}  // namespace recap::properties
