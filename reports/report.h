@@ -93,6 +93,7 @@ struct CorpusEntry {
   std::string reproduce; // RapidCheck's reproduce string
   uint64_t seed = 0;
   int shrinks = 0;
+  bool require_memory_savings = false;  // the oracle option the failure needs (recorded in expected)
 };
 std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std::string* error);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up in one command, on a fresh Debian 12 machine like CI's:
-#   scripts/bootstrap.sh run    install what is missing, configure, build, run recap's main job
+#   scripts/bootstrap.sh run    install what is missing, configure, build, run recap's main job (recap fuzz)
 #   scripts/bootstrap.sh test   the same set-up, then the whole test suite (CI runs this)
 # Extra arguments after `run` go to recap's main job.
 set -euo pipefail
@@ -15,7 +15,8 @@ esac
 # Debian packages recap builds with. The CUDA toolkit (nvcc) comes with the machine image; without
 # it recap builds host-only and runs everything on sim.
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
-          nlohmann-json3-dev libcli11-dev)
+          nlohmann-json3-dev libcli11-dev
+          python3-jsonschema libxml2-utils)  # the last two: tests validate the report and the JUnit file
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,7 +37,11 @@ cmake --preset default
 cmake --build --preset default -j "$(nproc)"
 
 if [ "$mode" = run ]; then
-  exec build/harness/cli/recap conformance "$@"
+  # recap's main job: a fuzz campaign on the default backend (auto: the GPU when usable, else
+  # sim), 2000 cases or 10 minutes, counterexamples to corpus/found. Arguments replace the budget.
+  if (($#)); then exec build/harness/cli/recap fuzz "$@"; fi
+  exec build/harness/cli/recap fuzz --backend auto --cases 2000 --time-budget 600 --jobs "$(nproc)" \
+    --report build/fuzz-report.json
 else
   exec ctest --preset default
 fi

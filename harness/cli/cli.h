@@ -30,5 +30,8 @@ std::unique_ptr<device::Device> open_device(const std::string& backend, const de
 using Runner = std::function<int()>;
 void add_conformance_command(CLI::App& app, Runner* run);
 void add_run_command(CLI::App& app, Runner* run);
+void add_fuzz_command(CLI::App& app, Runner* run);
+void add_replay_command(CLI::App& app, Runner* run);
+void add_gate_command(CLI::App& app, Runner* run);
 
 }  // namespace recap::cli

@@ -1,0 +1,163 @@
+// recap gate: the CI mode. Replays every corpus/*.json against its expected verdict, runs a
+// fixed-seed fuzz budget of the graph-safe policy with --require-memory-savings, checks coverage
+// (QuickCheck's checkCoverage), and writes --junit and --report. Exit 0 all held, 1 something
+// failed, 2 bad usage or input.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "harness/cli/campaign.h"
+#include "harness/cli/cli.h"
+#include "harness/runtime/spec.h"
+
+namespace recap::cli {
+namespace {
+
+struct GateArgs {
+  FuzzFlags f;
+  std::string corpus = "corpus";
+  bool no_require_memory_savings = false;
+  bool no_coverage = false;
+};
+
+int gate(GateArgs a) {
+  FuzzFlags& f = a.f;
+  f.require_memory_savings = !a.no_require_memory_savings;
+  if (f.seed.empty()) f.seed = "1";
+
+  // The corpus: every top-level *.json, loaded before anything runs (a bad file is bad input).
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(a.corpus, ec))
+    throw UsageError("--corpus: '" + a.corpus + "' is not a directory");
+  for (const auto& e : std::filesystem::directory_iterator(a.corpus, ec))
+    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  std::vector<runtime::CaseSpec> specs(files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::string err = runtime::read_case_file(files[i], &specs[i]);
+    if (!err.empty()) throw UsageError(err);
+  }
+
+  bool seed_random = false;
+  std::string device;
+  CampaignOptions o = campaign_options(f, &seed_random, &device);
+  reports::RunContext ctx = run_context("gate", o, device);
+  std::string ts = ctx.started_utc.substr(0, 19);
+
+  // 1. corpus replays (each file's own expected verdict; the flag only for the fuzz budget)
+  std::printf("recap gate: replaying %zu corpus case%s from %s\n", files.size(), files.size() == 1 ? "" : "s",
+              a.corpus.c_str());
+  std::vector<ReplayOutcome> replays;
+  int differ = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    replays.push_back(replay_case(files[i], specs[i], o.backend, false, false));
+    const auto& r = replays.back();
+    differ += !r.as_expected;
+    std::printf("  %-60s %-9s %s\n", files[i].c_str(), r.disposition.c_str(),
+                r.as_expected ? "as expected" : ("DIFFERS: " + r.mismatch + "; " + replay_command(files[i])).c_str());
+  }
+
+  // 2. the fuzz budget
+  CampaignResult r = run_campaign(o);
+  save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings);
+  print_summary("recap gate: fuzz", r, o);
+
+  // 3. coverage
+  const auto& reqs = reports::default_coverage(!o.policy.empty());
+  std::vector<std::string> cov = a.no_coverage ? std::vector<std::string>{} : reports::check_coverage(r.classification, r.cases, reqs);
+  for (const auto& c : cov) std::printf("  %s\n", c.c_str());
+  if (cov.empty() && !a.no_coverage) std::printf("  coverage: %zu requirements met\n", reqs.size());
+
+  bool failed = differ > 0 || !r.failures.empty() || !r.crashes.empty() || !cov.empty();
+  int rc = failed ? kExitFailed : kExitOk;
+  std::printf("recap gate: %s (corpus %zu/%zu as expected, %zu counterexample%s, %zu crash%s, %zu coverage shortfall%s)\n",
+              failed ? "FAILED" : "passed", files.size() - differ, files.size(), r.failures.size(),
+              r.failures.size() == 1 ? "" : "s", r.crashes.size(), r.crashes.size() == 1 ? "" : "es", cov.size(),
+              cov.size() == 1 ? "" : "s");
+
+  if (!f.report.empty()) {
+    OJson extra = OJson::object();
+    OJson creq = OJson::array();
+    for (const auto& q : reqs) {
+      int n = r.classification.count(q.label) ? r.classification.at(q.label) : 0;
+      creq.push_back({{"label", q.label},
+                      {"min_share", q.min_share},
+                      {"count", n},
+                      {"share", r.cases ? double(n) / r.cases : 0.0},
+                      {"met", r.cases == 0 || double(n) / r.cases + 1e-12 >= q.min_share},
+                      {"why", q.why}});
+    }
+    extra["coverage"] = {{"checked", !a.no_coverage}, {"ok", cov.empty()}, {"requirements", creq}, {"shortfalls", cov}};
+    extra["exit_code"] = rc;
+    write_file_or_throw(f.report, make_report(ctx, &r, &replays, extra).dump(2) + "\n", "--report");
+  }
+  if (!f.junit.empty()) {
+    reports::JUnitSuite corpus;
+    corpus.name = "recap.corpus";
+    corpus.timestamp = ts;
+    corpus.hostname = ctx.host;
+    for (const auto& rp : replays) {
+      reports::JUnitCase c;
+      c.name = std::filesystem::path(rp.path).filename().string();
+      c.classname = "recap.corpus";
+      c.seconds = rp.seconds;
+      if (!rp.as_expected) {
+        c.failure_kind = rp.disposition == "crashed" ? "error" : "failure";
+        c.failure_type = rp.disposition;
+        c.message = rp.mismatch + "; replay: " + replay_command(rp.path);
+        c.text = c.message + "\n" + rp.first_failure + "\n";
+      }
+      corpus.cases.push_back(c);
+    }
+    reports::JUnitSuite props = properties_suite(r, ts);
+    props.hostname = ctx.host;
+    props.properties = {{"seed", std::to_string(o.fuzz.seed)}, {"backend", o.backend}, {"cases", std::to_string(r.cases)}};
+    reports::JUnitSuite covs;
+    covs.name = "recap.coverage";
+    covs.timestamp = ts;
+    covs.hostname = ctx.host;
+    for (const auto& q : reqs) {
+      reports::JUnitCase c;
+      c.name = q.label;
+      c.classname = "recap.coverage";
+      if (a.no_coverage) {
+        c.skipped = true;
+        c.skip_message = "--no-coverage";
+      }
+      for (const auto& line : cov)
+        if (line.find(" " + q.label + " in ") != std::string::npos) {
+          c.failure_kind = "failure";
+          c.failure_type = "coverage";
+          c.message = line;
+          c.text = line + "\n" + q.why + "\n";
+        }
+      covs.cases.push_back(c);
+    }
+    write_file_or_throw(f.junit, reports::junit_xml({corpus, props, covs}), "--junit");
+  }
+  return rc;
+}
+
+}  // namespace
+
+void add_gate_command(CLI::App& app, Runner* runner) {
+  auto a = std::make_shared<GateArgs>();
+  a->f.cases = 300;
+  a->f.policy = "graph-safe";
+  auto* cmd = app.add_subcommand(
+      "gate",
+      "The CI mode: replay every corpus/*.json against its expected verdict, run a fixed-seed fuzz budget (graph-safe "
+      "policy, --require-memory-savings), check coverage, write --junit and --report. Exit 0 all held, 1 something "
+      "failed, 2 bad usage or input.");
+  add_fuzz_flags(cmd, &a->f);
+  cmd->get_option("--seed")->description("Campaign seed (default 1: the gate is reproducible)");
+  cmd->get_option("--policy")->default_str("graph-safe");
+  cmd->add_option("--corpus", a->corpus, "The curated corpus directory (its top-level *.json)")->capture_default_str();
+  cmd->add_flag("--no-require-memory-savings", a->no_require_memory_savings,
+                "Report recompute lost inside graphs as a finding instead of a failure");
+  cmd->add_flag("--no-coverage", a->no_coverage, "Do not check coverage");
+  cmd->callback([a, runner] { *runner = [a] { return gate(*a); }; });
+}
+
+}  // namespace recap::cli

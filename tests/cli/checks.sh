@@ -1,0 +1,180 @@
+#!/bin/sh
+# checks.sh NAME RECAP WORKDIR SCHEMA SRCDIR: the fuzz/replay/gate checks of tests/cli/CMakeLists.txt.
+set -u
+name="$1"; recap="$2"; work="$3"; schema="$4"; src="$5"
+rm -rf "$work"; mkdir -p "$work"; cd "$work" || exit 1
+fail() { echo "FAIL: $*"; exit 1; }
+
+# A python3 with jsonschema (Debian: python3-jsonschema); exit 77 (skipped) where there is none.
+pyjs() {
+  for p in /usr/bin/python3 python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import jsonschema' 2>/dev/null; then echo "$p"; return; fi
+  done
+}
+validate_report() {  # FILE
+  py=$(pyjs)
+  if [ -z "$py" ]; then echo "no python3 with jsonschema: cannot validate $1"; exit 77; fi
+  "$py" - "$schema" "$1" <<'PY' || fail "$1 does not validate against the schema"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+jsonschema.Draft202012Validator.check_schema(schema)
+jsonschema.validate(json.load(open(sys.argv[2])), schema, cls=jsonschema.Draft202012Validator)
+print("report validates:", sys.argv[2])
+PY
+}
+# JUnit structure as the JUnit XSD (Jenkins/Ant) requires it: well-formed; <testsuites> of
+# <testsuite name tests failures errors time> whose counts match their <testcase name classname
+# time> children; a <failure>/<error> has message and type.
+check_junit() {  # FILE
+  if command -v xmllint >/dev/null 2>&1; then xmllint --noout "$1" || fail "$1 is not well-formed XML"; fi
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  [ -n "$py" ] || { echo "no python3 to check $1"; exit 77; }
+  "$py" - "$1" <<'PY' || fail "$1: JUnit structure"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites", root.tag
+suites = root.findall("testsuite")
+assert suites, "no testsuite"
+for s in suites:
+    for a in ("name", "tests", "failures", "errors", "skipped", "time", "timestamp", "hostname", "id", "package"):
+        assert a in s.attrib, f"testsuite lacks {a}"
+    cases = s.findall("testcase")
+    assert int(s.get("tests")) == len(cases), "tests count"
+    assert int(s.get("failures")) == sum(1 for c in cases if c.find("failure") is not None), "failures count"
+    assert int(s.get("errors")) == sum(1 for c in cases if c.find("error") is not None), "errors count"
+    float(s.get("time"))
+    for c in cases:
+        for a in ("name", "classname", "time"):
+            assert a in c.attrib, f"testcase lacks {a}"
+        for f in list(c.findall("failure")) + list(c.findall("error")):
+            assert "message" in f.attrib and "type" in f.attrib, "failure lacks message/type"
+print("junit ok:", sys.argv[1], len(suites), "suites")
+PY
+}
+
+case "$name" in
+fuzz_graph_safe_holds)
+  "$recap" fuzz --backend sim --policy graph-safe --seed 3 --cases 100 --corpus-dir found > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 0 ] || fail "exit $rc"
+  grep -q "by disposition: passed" out.txt || fail "no disposition counts"
+  grep -q "cases/min" out.txt || fail "no throughput"
+  grep -q "checkpoint+capture+dropout" out.txt || fail "no classification"
+  ! grep -q "$(printf '\r')" err.txt || fail "progress line when not a terminal"
+  ;;
+fuzz_naive_finds_and_replays)
+  "$recap" fuzz --backend sim --policy naive --seed 3 --cases 50 --corpus-dir found --report r.json > out.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || fail "exit $rc, expected 1"
+  file=$(ls found/capture-clean-failed-*.json 2>/dev/null | head -1)
+  [ -n "$file" ] || fail "no capture_clean counterexample written"
+  grep -q "replay:  recap replay $file" out.txt || fail "replay command not printed"
+  grep -q '"error": "cudaErrorStreamCaptureUnsupported"' "$file" || fail "expected error not recorded"
+  grep -q 'RC_PARAMS=' "$file" || fail "no reproduce string in the corpus file"
+  grep -q 'RC_PARAMS=' r.json || fail "no reproduce string in the report"
+  layers=$(python3 -c "import json,sys; d=json.load(open('$file')); print(len(d['layers']), d['layers'][0]['checkpoint'], d.get('executor'))")
+  echo "shrunk: $layers"
+  case "$layers" in "1 full"*) ;; *) fail "not shrunk to one checkpointed layer: $layers" ;; esac
+  "$recap" replay --backend sim "$file" || fail "replay does not reproduce $file"
+  # Same campaign again: the same file name (content-derived).
+  "$recap" fuzz --backend sim --policy naive --seed 3 --cases 50 --corpus-dir found2 > /dev/null
+  [ -f "found2/$(basename "$file")" ] || fail "file name not stable across runs"
+  ;;
+fuzz_same_seed_same_report)
+  # graph-safe: the campaign runs all 50 cases (a drawn policy stops at its first counterexample,
+  # whose shrinking is then compared too: the second pair).
+  "$recap" fuzz --backend sim --policy graph-safe --seed 7 --cases 50 --corpus-dir f1 --report a.json > /dev/null
+  "$recap" fuzz --backend sim --policy graph-safe --seed 7 --cases 50 --corpus-dir f2 --report b.json > /dev/null
+  "$recap" fuzz --backend sim --seed 7 --cases 50 --corpus-dir f3 --report c.json > /dev/null
+  "$recap" fuzz --backend sim --seed 7 --cases 50 --corpus-dir f4 --report d.json > /dev/null
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$py" - a.json b.json <<'PY' || fail "reports differ"
+import json, sys
+def strip(r):
+    r.pop("context", None)
+    s = r["summary"]
+    for k in ("seconds", "cases_per_minute"): s.pop(k, None)
+    for f in s.get("failures", []): f.pop("corpus_file", None); f.pop("replay_command", None)
+    for c in r["cases"]: c.pop("timings", None)
+    return r
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:3])
+assert a["summary"]["cases"] == 50, a["summary"]["cases"]
+if a != b:
+    print("differ"); sys.exit(1)
+print("identical:", len(a["cases"]), "cases")
+PY
+  "$py" - c.json d.json <<'PY' || fail "reports of the drawn-policy campaign differ"
+import json, sys
+def strip(r):
+    r.pop("context", None)
+    s = r["summary"]
+    for k in ("seconds", "cases_per_minute"): s.pop(k, None)
+    for f in s.get("failures", []): f.pop("corpus_file", None); f.pop("replay_command", None)
+    for c in r["cases"]: c.pop("timings", None)
+    return r
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:3])
+if a != b:
+    print("differ"); sys.exit(1)
+print("identical:", len(a["cases"]), "cases,", len(a["summary"]["failures"]), "counterexamples")
+PY
+  cmp -s f3/*.json f4/*.json 2>/dev/null || [ -z "$(ls f3)" ] || fail "counterexample files differ"
+  ;;
+fuzz_jobs_and_crash_isolation)
+  "$recap" fuzz --backend sim --policy graph-safe --seed 5 --cases 400 --jobs 2 --corpus-dir found --report j.json > out.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 0 ] || fail "--jobs 2: exit $rc"
+  grep -q "recap fuzz: 400 cases" out.txt || fail "--jobs 2 did not merge 400 cases"
+  RECAP_FAULT_ABORT=1:3 "$recap" fuzz --backend sim --policy graph-safe --seed 5 --cases 400 --jobs 2 --corpus-dir found --report c.json > out2.txt 2> err2.txt
+  rc=$?; cat out2.txt
+  [ "$rc" -eq 1 ] || fail "injected abort: exit $rc, expected 1"
+  grep -q "crashed: shard 1/2 died of signal 6" out2.txt || fail "crash not recorded"
+  grep -q "crashed 1" out2.txt || fail "crashed not counted"
+  grep -q "passed 200" out2.txt || fail "the other shard's 200 cases did not go on"
+  validate_report c.json
+  ;;
+fuzz_shards_merge)
+  "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --shard 0/2 --corpus-dir s0 --report s0.json > /dev/null; r0=$?
+  GTEST_SHARD_INDEX=1 GTEST_TOTAL_SHARDS=2 "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --corpus-dir s1 --report s1.json > /dev/null; r1=$?
+  "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --corpus-dir all --report all.json > /dev/null; ra=$?
+  echo "exit codes $r0 $r1 $ra"
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$py" - <<'PY' || fail "shards do not add up to the campaign"
+import json
+s0, s1, al = (json.load(open(p)) for p in ("s0.json", "s1.json", "all.json"))
+n = s0["summary"]["cases"] + s1["summary"]["cases"]
+assert n == al["summary"]["cases"] == 300, n
+strip = lambda cs: sorted(json.dumps(c["spec"], sort_keys=True) for c in cs)
+assert strip(s0["cases"] + s1["cases"]) == strip(al["cases"])
+print("shards merge:", s0["summary"]["cases"], "+", s1["summary"]["cases"])
+PY
+  mkdir -p merged; cp s0/*.json s1/*.json merged/ 2>/dev/null
+  for f in all/*.json; do [ -e "$f" ] || continue; [ -f "merged/$(basename "$f")" ] || fail "corpus of the shards lacks $(basename "$f")"; done
+  ;;
+gate_junit_and_report)
+  cd "$src" || exit 1
+  "$recap" gate --backend sim --corpus-dir "$work/found" --junit "$work/gate.xml" --report "$work/gate.json" > "$work/out.txt"
+  rc=$?; cat "$work/out.txt"; cd "$work"
+  check_junit gate.xml
+  grep -q 'classname="recap.corpus"' gate.xml || fail "no corpus test cases"
+  grep -q 'name="capture_clean" classname="recap.properties"' gate.xml || fail "no property test cases"
+  grep -q 'classname="recap.coverage"' gate.xml || fail "no coverage test cases"
+  if grep -q '<failure' gate.xml; then grep -q 'message="[^"]*replay: recap replay ' gate.xml || fail "failure without replay command"; fi
+  validate_report gate.json
+  [ "$rc" -eq 0 ] || fail "gate exit $rc"
+  ;;
+report_nonfinite_and_schema)
+  "$recap" replay --backend sim "$src/corpus/naive-capture-failure-min.json" --report r.json > /dev/null || fail "replay"
+  validate_report r.json
+  py=$(pyjs)
+  "$py" - "$schema" <<'PY' || fail "the schema accepts null for a number"
+import json, sys, jsonschema
+s = json.load(open(sys.argv[1]))
+v = jsonschema.Draft202012Validator({"$ref": "#/$defs/real", "$defs": s["$defs"]})
+assert v.is_valid("nan") and v.is_valid("-inf") and v.is_valid(1.5)
+assert not v.is_valid(None) and not v.is_valid("NaN")
+print("non-finite numbers: explicit strings only")
+PY
+  ;;
+*) fail "unknown check $name" ;;
+esac
+echo "ok: $name"
