@@ -14,10 +14,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <sstream>
 
 #include "harness/runtime/executor.h"
 #include "harness/runtime/phase.h"
+#include "models/check.h"
 
 namespace recap::properties {
 
@@ -73,7 +75,13 @@ std::string Divergence::describe() const {
   std::ostringstream o;
   o << "step " << step;
   if (microbatch >= 0) o << ", microbatch " << microbatch;
-  o << ", " << tensor << ": max abs " << max_abs_error << ", " << max_ulps << " ulps";
+  o << ", " << tensor << ": ";
+  if (rel_l2_error) {
+    o << std::setprecision(2) << std::scientific << "rel L2 " << *rel_l2_error << " (tolerance " << tolerance
+      << "), max abs " << max_abs_error;
+  } else {
+    o << "max abs " << max_abs_error << ", " << max_ulps << " ulps";
+  }
   return o.str();
 }
 
@@ -319,6 +327,57 @@ CaseSpec injected_failure(CaseSpec s) {
 
 }  // namespace
 
+// 6. reference. One eager forward+backward of the case's model on a fresh device, host generator
+// (every draw is recorded with its (seed, offset), so the reference applies the same masks), then
+// y, dx and every parameter gradient against the fp64 reference in relative L2. The case's
+// policy, executor and checkpoints do not enter: the other oracles tie those runs bitwise to this
+// eager arithmetic, this one ties the arithmetic to the math. Cost: one pass of the case's model
+// (no optimizer, no capture) plus the fp64 pass, a fraction of one case step.
+CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
+                            const std::function<void(models::check::RunOutput&)>& tamper,
+                            const models::check::ParamsPerturbation& perturb_reference) {
+  namespace mc = models::check;
+  const std::string p = "reference";
+  mc::Comparison cmp;
+  try {
+    mc::RunOptions o;
+    o.backend = backend;
+    o.spec = spec.model;
+    o.param_seed = spec.param_seed;
+    o.data_seed = spec.data_seed;
+    o.rng_seed = spec.rng_seed;
+    o.generator = runtime::GeneratorMode::Host;
+    mc::RunOutput run = mc::run_model(o);
+    if (tamper) tamper(run);
+    cmp = mc::compare_with_reference(spec.model, run, perturb_reference);
+  } catch (const std::exception& e) {
+    return bad(p, Disposition::Crashed, std::string("the reference run threw: ") + e.what());
+  }
+  const double tol = mc::tolerance(spec.model);
+  Divergence d;
+  d.step = 0;
+  d.microbatch = 0;
+  d.tensor = cmp.worst_what;
+  d.max_abs_error = cmp.worst_max_abs;
+  d.rel_l2_error = cmp.worst;
+  d.tolerance = tol;
+  CheckResult c = passed(p);
+  c.divergence = d;  // the worst quantity, passed or not
+  std::string dt = spec.model.dtype == models::DType::BF16 ? "bf16" : "fp32";
+  if (!cmp.problems.empty()) {
+    c.disposition = Disposition::Incorrect;
+    c.reason = "vs fp64 reference: " + cmp.problems[0];
+    if (cmp.problems.size() > 1) c.reason += " (and " + std::to_string(cmp.problems.size() - 1) + " more)";
+  } else if (!std::isfinite(cmp.worst)) {
+    c.disposition = Disposition::Incorrect;
+    c.reason = "vs fp64 reference: " + d.tensor + " is non-finite (" + d.describe() + ")";
+  } else if (cmp.worst > tol && !(spec.model.dtype == models::DType::BF16 && cmp.worst <= mc::kBf16NoiseFactor * tol)) {
+    c.disposition = Disposition::Incorrect;
+    c.reason = "vs fp64 reference (" + dt + ", " + std::to_string(spec.model.layers.size()) + " layers): " + d.describe();
+  }
+  return c;
+}
+
 CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   CaseReport rep;
   rep.spec = spec;
@@ -340,12 +399,14 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   std::string own_hygiene;  // "" ok, else the problem (only when the capture failed)
   bool own_capture_failed = false;
   int64_t live_after = 0;
+  device::Backend backend = opts.backend == device::BackendChoice::Cuda ? device::Backend::Cuda : device::Backend::Sim;
   {
     auto t0 = std::chrono::steady_clock::now();
     try {
       auto dev = new_device(opts.backend);
       rep.device_name = dev->name();
       rep.backend = device::backend_name(dev->backend());
+      backend = dev->backend();
       {
         runtime::Session session(*dev, spec);
         main = session.run();
@@ -538,8 +599,16 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     rep.checks.push_back(c);
   }
 
-  // 6. reference: not applied by evaluate yet (see the report).
-  if (wanted(opts, "reference")) rep.checks.push_back(skipped("reference", "not implemented in evaluate"));
+  // 6. reference: independent of how the case itself ran (its own pass of the model).
+  if (wanted(opts, "reference")) {
+    auto t0 = std::chrono::steady_clock::now();
+    rep.checks.push_back(reference_check(spec, backend));
+    const auto& d = rep.checks.back().divergence;
+    if (rep.checks.back().disposition == Disposition::Passed && d && *d->rel_l2_error > d->tolerance)
+      rep.findings.push_back("reference: bf16 error past the tolerance, within its noise (" +
+                             std::to_string(models::check::kBf16NoiseFactor).substr(0, 3) + "x): " + d->describe());
+    rep.timings["reference_ms"] = ms_since(t0);
+  }
 
   // 7. hygiene
   if (wanted(opts, "hygiene")) {
@@ -598,6 +667,10 @@ Json case_report_to_json(const CaseReport& r) {
                          {"tensor", c.divergence->tensor},
                          {"max_abs_error", num(c.divergence->max_abs_error)},
                          {"max_ulps", c.divergence->max_ulps}};
+      if (c.divergence->rel_l2_error) {
+        k["divergence"]["rel_l2_error"] = num(*c.divergence->rel_l2_error);
+        k["divergence"]["tolerance"] = c.divergence->tolerance;
+      }
     }
     if (!c.api.empty() || !c.cuda_error.empty()) k["capture_error"] = {{"api", c.api}, {"error", c.cuda_error}};
     if (c.bytes) k["bytes"] = c.bytes;

@@ -5,6 +5,7 @@
 // Properties know nothing of CUDA: they see cases, runs and devices through the runtime.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 
 #include "harness/device/device.h"
 #include "harness/runtime/spec.h"
+#include "models/check.h"
 
 namespace recap::properties {
 
@@ -34,20 +36,27 @@ Disposition worse(Disposition a, Disposition b);
 //   rng_ledger        every recomputed draw equals its forward draw; no mask reused across steps
 //   memory            peak and graph-pool bytes against the prediction; recompute saves
 //                     activation memory inside graphs; nothing live after teardown
-//   reference         every layer's gradients against the fp64 reference (tolerance); NOT YET
-//                     applied by evaluate(): reported as skipped
+//   reference         y, dx and every parameter gradient of one eager forward+backward of the
+//                     case's model against the fp64 reference (relative L2, tolerance by dtype
+//                     and depth: models::check::tolerance)
 //   hygiene           after an injected capture failure, flags and streams are clean and the
 //                     next step works
 const std::vector<std::string>& property_names();
 
-// Where two runs first differ.
+// Where two runs first differ; for `reference`, the worst quantity against the fp64 reference.
 struct Divergence {
   int step = -1;
   int microbatch = -1;       // -1: after the step (parameters)
-  std::string tensor;        // "loss", "grad block1.mlp.fc1.weight", "param block0.ln1.weight"
+  std::string tensor;        // "loss", "grad block1.mlp.fc1.weight", "param block0.ln1.weight"; "y", "dx"
   double max_abs_error = 0.0;
-  uint64_t max_ulps = 0;
-  std::string describe() const;  // "step 3, microbatch 1, grad block1.mlp.fc1.weight: max abs 2.4e-07, 3 ulps"
+  uint64_t max_ulps = 0;     // bitwise comparisons only (0 against the fp64 reference)
+  // `reference` only: the relative L2 error ||run - ref|| / ||ref|| of `tensor` (+inf when
+  // non-finite) and the tolerance it was judged by.
+  std::optional<double> rel_l2_error;
+  double tolerance = 0.0;
+  // "step 3, microbatch 1, grad block1.mlp.fc1.weight: max abs 2.4e-07, 3 ulps";
+  // reference: "step 0, microbatch 0, grad block0.mlp.fc1.weight: rel L2 3.1e-02 (tolerance 2e-02), max abs 1.2e-03"
+  std::string describe() const;
 };
 
 struct CheckResult {
@@ -79,6 +88,16 @@ struct CaseReport {
   // The first failing check, one line: "eager_vs_graphed: step 3, microbatch 1, grad ...".
   std::string first_failure() const;
 };
+
+// The `reference` check alone: the case's model (its params, data and rng seeds) run once eagerly
+// on `backend` (one forward+backward, host generator, inputs from models::check::test_values),
+// compared with the fp64 reference. Passed or incorrect (over the tolerance, non-finite, a draw
+// the reference cannot match; bf16 past the tolerance but within models::check::kBf16NoiseFactor
+// of it passes, and evaluate() reports it as a finding), with the worst quantity as the divergence; crashed when the run
+// throws. `tamper` (tests of the oracle): applied to the device results before the comparison.
+CheckResult reference_check(const runtime::CaseSpec& spec, device::Backend backend,
+                            const std::function<void(models::check::RunOutput&)>& tamper = {},
+                            const models::check::ParamsPerturbation& perturb_reference = {});
 
 // Runs and judges one case. Never throws for a case that validates: an exception inside a run is
 // a `crashed` check with its message.

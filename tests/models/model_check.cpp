@@ -20,26 +20,6 @@ namespace recap::models::testing {
 using device::MemCategory;
 using runtime::Tensor;
 
-namespace {
-
-void check(device::Status s, const char* what) {
-  if (!device::ok(s)) throw std::runtime_error(std::string(what) + " failed: " + device::error_name(s));
-}
-
-}  // namespace
-
-bool backend_usable(device::Backend backend, std::string* why) {
-  if (backend == device::Backend::Sim) return true;
-  return device::cuda_usable(why);
-}
-
-std::vector<float> test_values(uint64_t seed, uint64_t stream, size_t n) {
-  std::vector<float> v(n);
-  runtime::PhiloxStream s(seed, stream << 40);
-  for (size_t i = 0; i < n; ++i) v[i] = 2.0f * runtime::uniform_from_u32(s.next()) - 1.0f;
-  return v;
-}
-
 ModelSpec block_stack(int blocks, DType dtype, float p, int hidden, int tokens, int heads) {
   ModelSpec s;
   s.hidden = hidden;
@@ -123,172 +103,6 @@ std::vector<LayerCase> layer_cases() {
   return cases;
 }
 
-RunOutput run_model(const RunOptions& o) {
-  std::string err;
-  std::unique_ptr<device::Device> dev = device::make_device(
-      o.backend == device::Backend::Sim ? device::BackendChoice::Sim : device::BackendChoice::Cuda, o.device_options,
-      &err);
-  if (!dev) throw std::runtime_error("no device: " + err);
-  device::Stream s;
-  check(dev->stream_create(&s, true), "cudaStreamCreate");
-  RunOutput out;
-  {
-    runtime::Allocator alloc(*dev);
-    runtime::RngTracker rng(*dev, o.rng_seed, o.generator, runtime::DeviceStateModel::PerCapture);
-    runtime::RngLedger ledger(*dev);
-    runtime::Ctx ctx{*dev, s, alloc, rng, &ledger, "", runtime::Phase::Forward, 0, 0, true, std::nullopt};
-    Model model(ctx, o.spec, o.param_seed, o.wrap);
-    const int64_t T = o.spec.tokens, H = o.spec.hidden;
-    const size_t n = static_cast<size_t>(T * H);
-    Tensor x = alloc.alloc({T, H}, o.spec.dtype, MemCategory::Activations);
-    Tensor dy = alloc.alloc({T, H}, o.spec.dtype, MemCategory::Workspace);
-    runtime::from_floats(*dev, x, test_values(o.data_seed, 0, n));
-    runtime::from_floats(*dev, dy, test_values(o.data_seed, 1, n));
-    // The uploads (synchronous copies on the legacy stream) must land before work on `s` starts.
-    check(dev->device_synchronize(), "cudaDeviceSynchronize");
-    Tensor y, dx;
-
-    if (!o.graph) {
-      for (int step = 0; step < o.steps; ++step) {
-        check(ledger.begin_step(step, s), "ledger begin_step");
-        std::vector<Saved> saved;
-        y = model.forward(ctx, x, saved);
-        dx = model.backward(ctx, dy, saved);
-        check(dev->stream_synchronize(s), "cudaStreamSynchronize");
-        ledger.clear();
-        check(ledger.collect(step), "ledger collect");
-      }
-      out.y = runtime::to_floats(*dev, y);
-      out.dx = runtime::to_floats(*dev, dx);
-    } else {
-      runtime::PoolId pool = alloc.create_pool();
-      device::Graph g;
-      device::GraphExec exec;
-      std::map<std::string, runtime::GraphRngState> rng_states;
-      {
-        runtime::PoolScope scope(alloc, pool);
-        rng.capture_begin();
-        check(dev->stream_begin_capture(s, device::CaptureMode::Global), "cudaStreamBeginCapture");
-        std::vector<Saved> saved;
-        y = model.forward(ctx, x, saved);
-        dx = model.backward(ctx, dy, saved);
-        check(dev->stream_end_capture(s, &g), "cudaStreamEndCapture");
-        rng_states = rng.capture_end();
-      }
-      check(dev->graph_instantiate(&exec, g), "cudaGraphInstantiate");
-      for (int step = 0; step < o.steps; ++step) {
-        check(ledger.begin_step(step, s), "ledger begin_step");
-        check(rng.replay_prologue(rng_states, s), "replay prologue");
-        check(dev->graph_launch(exec, s), "cudaGraphLaunch");
-        check(dev->stream_synchronize(s), "cudaStreamSynchronize");
-        ledger.clear();
-        check(ledger.collect(step), "ledger collect");
-      }
-      out.y = runtime::to_floats(*dev, y);
-      out.dx = runtime::to_floats(*dev, dx);
-      check(dev->graph_exec_destroy(exec), "cudaGraphExecDestroy");
-      check(dev->graph_destroy(g), "cudaGraphDestroy");
-      y = Tensor{};
-      dx = Tensor{};
-      alloc.destroy_pool(pool);
-    }
-    out.x = runtime::to_floats(*dev, x);
-    out.dy = runtime::to_floats(*dev, dy);
-    for (Param* p : model.params()) {
-      out.names.push_back(p->name);
-      out.params.push_back(runtime::to_floats(*dev, p->value));
-      out.grads.push_back(runtime::to_floats(*dev, p->grad));
-    }
-    out.draws = ledger.entries();
-  }
-  check(dev->stream_destroy(s), "cudaStreamDestroy");
-  return out;
-}
-
-double l2(const std::vector<float>& a) {
-  double s = 0;
-  for (float v : a) s += static_cast<double>(v) * v;
-  return std::sqrt(s);
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<double>& ref) {
-  if (a.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    double d = static_cast<double>(a[i]) - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-  }
-  if (den == 0) return num == 0 ? 0 : INFINITY;
-  return std::sqrt(num / den);
-}
-
-bool all_finite(const std::vector<float>& a) {
-  for (float v : a)
-    if (!std::isfinite(v)) return false;
-  return true;
-}
-
-bool bits_equal(const std::vector<float>& a, const std::vector<float>& b, size_t* first_diff) {
-  if (a.size() != b.size()) {
-    if (first_diff) *first_diff = std::min(a.size(), b.size());
-    return false;
-  }
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      if (first_diff) *first_diff = i;
-      return false;
-    }
-  return true;
-}
-
-Comparison compare_with_reference(const ModelSpec& spec, const RunOutput& run) {
-  reference::Params params;
-  for (size_t i = 0; i < run.names.size(); ++i) params[run.names[i]] = reference::Vec(run.params[i].begin(), run.params[i].end());
-  std::vector<bool> used(run.draws.size(), false);
-  reference::MaskFn masks = [&](const std::string& layer, const std::string& op, uint64_t n, float p) {
-    for (size_t i = 0; i < run.draws.size(); ++i) {
-      const runtime::LedgerEntry& e = run.draws[i];
-      if (e.site.phase != runtime::Phase::Forward || e.site.layer != layer || e.site.op != op) continue;
-      used[i] = true;
-      EXPECT_EQ(e.count, n) << "draw " << layer << "/" << op << ": recorded count";
-      return runtime::dropout_mask_bytes(e.seed, e.offset, n, p);
-    }
-    ADD_FAILURE() << "the ledger has no forward draw for " << layer << "/" << op;
-    return std::vector<uint8_t>(n, 1);
-  };
-  reference::RefModel ref(spec, params);
-  reference::Vec x(run.x.begin(), run.x.end()), dy(run.dy.begin(), run.dy.end());
-  reference::Vec y = ref.forward(x, spec.tokens, masks);
-  reference::Vec dx = ref.backward(dy);
-  for (size_t i = 0; i < run.draws.size(); ++i) {
-    if (run.draws[i].site.phase != runtime::Phase::Forward) continue;
-    EXPECT_TRUE(used[i]) << "recorded draw " << run.draws[i].site.layer << "/" << run.draws[i].site.op
-                           << " has no counterpart in the reference";
-  }
-
-  Comparison c;
-  std::ostringstream rep;
-  auto note = [&](const std::string& what, double err) {
-    rep << "  " << what << ": rel L2 " << err << "\n";
-    if (err > c.worst || std::isnan(err)) {
-      c.worst = std::isnan(err) ? INFINITY : err;
-      c.worst_what = what;
-    }
-  };
-  c.y = rel_l2(run.y, y);
-  note("y", c.y);
-  c.dx = rel_l2(run.dx, dx);
-  note("dx", c.dx);
-  for (size_t i = 0; i < run.names.size(); ++i) {
-    double e = rel_l2(run.grads[i], ref.grads().at(run.names[i]));
-    c.grads[run.names[i]] = e;
-    note("grad " + run.names[i], e);
-  }
-  c.report = rep.str();
-  return c;
-}
-
 // ---- shared gtest checks ------------------------------------------------------------------------
 
 void expect_matches_reference(device::Backend backend, const LayerCase& c) {
@@ -296,7 +110,8 @@ void expect_matches_reference(device::Backend backend, const LayerCase& c) {
   o.backend = backend;
   o.spec = c.spec;
   RunOutput run = run_model(o);
-  Comparison cmp = compare_with_reference(c.spec, run);
+  Comparison cmp = check::compare_with_reference(c.spec, run);
+  for (const std::string& p : cmp.problems) ADD_FAILURE() << p;
   EXPECT_LE(cmp.worst, c.tol) << "worst: " << cmp.worst_what << " (tolerance " << c.tol << ")\n" << cmp.report;
   std::ostringstream worst;
   worst << std::scientific << std::setprecision(2) << cmp.worst << " (" << cmp.worst_what << ")";

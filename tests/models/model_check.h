@@ -1,7 +1,5 @@
-// Shared machinery of the model tests (unit on sim, gpu on cuda): build a model on a fresh device,
-// run forward and backward (eagerly, or captured into a graph and replayed), read everything back,
-// and compare with the fp64 reference run from the same inputs, parameters and dropout masks (the
-// masks recomputed on the host from the (seed, offset) each dropout kernel recorded in the ledger).
+// Shared gtest checks of the model tests (unit on sim, gpu on cuda) over models/check.h: every
+// layer against the fp64 reference, determinism, graph replay vs eager.
 #pragma once
 
 #include <cstdint>
@@ -15,68 +13,27 @@
 #include "harness/runtime/context.h"
 #include "harness/runtime/generator.h"
 #include "harness/runtime/rng_ledger.h"
+#include "models/check.h"
 #include "models/model.h"
 
 namespace recap::models::testing {
 
-// Relative L2 error bounds, chosen from the arithmetic (see layers_test.cpp for the reasoning):
-//  fp32: every op accumulates in fp32 (unit roundoff u = 2^-24 = 6e-8) over at most a few hundred
-//    terms, and errors compound over at most ~40 ops in a 4-block stack: observed 1e-7 .. 1e-6,
-//    bound 1e-5 (ten times the worst observed, a thousand times below any real bug's signature).
-//  bf16: every stored tensor is rounded to 8 significant bits (u = 2^-9 = 2e-3); a single layer
-//    shows 2e-3 .. 6e-3, bound 2e-2; whole blocks and stacks compound a few dozen roundings
-//    through normalizations and the softmax, bound 4e-2.
-constexpr double kTolF32 = 1e-5;
-constexpr double kTolBf16Layer = 2e-2;
-constexpr double kTolBf16Stack = 4e-2;
+// The machinery lives in the models library (models/check.h, shared with the `reference` oracle);
+// this header names it here and adds the gtest checks.
+using check::kTolBf16Layer;
+using check::kTolBf16Stack;
+using check::kTolF32;
 
-struct RunOptions {
-  device::Backend backend = device::Backend::Sim;
-  ModelSpec spec;
-  uint64_t param_seed = 11;
-  uint64_t rng_seed = 1234;
-  uint64_t data_seed = 99;
-  runtime::GeneratorMode generator = runtime::GeneratorMode::Host;
-  WrapFn wrap;     // empty: none
-  int steps = 1;   // forward+backward passes (gradients accumulate; fresh draws each pass)
-  bool graph = false;  // capture one forward+backward into a graph and replay it `steps` times
-  device::DeviceOptions device_options;  // sim: explore seed, race check
-};
-
-struct RunOutput {
-  std::vector<float> x, dy;                 // inputs as the device holds them (bf16: rounded)
-  std::vector<float> y, dx;                 // of the last pass
-  std::vector<std::string> names;           // parameter names, in params() order
-  std::vector<std::vector<float>> params;   // values (as uploaded)
-  std::vector<std::vector<float>> grads;    // accumulated over the passes
-  std::vector<runtime::LedgerEntry> draws;  // of the last pass
-};
-
-// Whether `backend` can run here (cuda needs a usable GPU); *why says why not.
-bool backend_usable(device::Backend backend, std::string* why);
-
-// Runs the model per `o` and reads everything back. Throws on any device or model error.
-RunOutput run_model(const RunOptions& o);
-
-struct Comparison {
-  double y = 0, dx = 0;                // relative L2 errors
-  std::map<std::string, double> grads;  // by parameter name
-  double worst = 0;
-  std::string worst_what;
-  std::string report;  // one line per compared quantity
-};
-
-// The fp64 reference from the run's inputs, parameters and recorded draws (one pass: use a run
-// with steps = 1). Fails the current test (gtest ADD_FAILURE) on a draw the reference asks for
-// that the ledger lacks, a count mismatch, or a recorded draw the reference never used.
-Comparison compare_with_reference(const ModelSpec& spec, const RunOutput& run);
-
-// Relative L2 error ||a - ref|| / ||ref|| (0 when both are 0).
-double rel_l2(const std::vector<float>& a, const std::vector<double>& ref);
-double l2(const std::vector<float>& a);
-bool all_finite(const std::vector<float>& a);
-// Bitwise equality of two float vectors; *first_diff gets the first differing index.
-bool bits_equal(const std::vector<float>& a, const std::vector<float>& b, size_t* first_diff = nullptr);
+using check::all_finite;
+using check::backend_usable;
+using check::bits_equal;
+using check::Comparison;
+using check::l2;
+using check::rel_l2;
+using check::run_model;
+using check::RunOptions;
+using check::RunOutput;
+using check::test_values;
 
 // The cases every backend checks against the reference: each layer kind alone (hidden 16,
 // tokens 8, heads 2, ffn 32), fp32 and bf16, with dropout 0 and 0.1 where the kind draws;
@@ -92,7 +49,8 @@ inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }  //
 ModelSpec block_stack(int blocks, DType dtype, float p, int hidden = 32, int tokens = 16, int heads = 4);
 
 // gtest checks shared by the unit (sim) and gpu (cuda) suites.
-// `c` on `backend` against the reference: within c.tol, finite, gradients and dx not all zero,
+// `c` on `backend` against the reference (check::compare_with_reference; each of its draw
+// bookkeeping problems is a failure): within c.tol, finite, gradients and dx not all zero,
 // every dropout draw both keeps and drops something, a lone dropout layer zeroes outputs.
 void expect_matches_reference(device::Backend backend, const LayerCase& c);
 // Two fresh runs of `c` give bitwise-identical outputs, gradients and draws.
@@ -102,8 +60,5 @@ void expect_deterministic(device::Backend backend, const LayerCase& c);
 void expect_graph_equals_eager(device::Backend backend, const ModelSpec& spec, int steps);
 // Every parameter gradient, y and dx of two runs are bitwise equal (with a message naming `what`).
 void expect_runs_equal(const RunOutput& a, const RunOutput& b, const std::string& what);
-
-// Inputs of the tests: values in [-1, 1) from a host Philox stream.
-std::vector<float> test_values(uint64_t seed, uint64_t stream, size_t n);
 
 }  // namespace recap::models::testing

@@ -18,6 +18,10 @@ TEST(FuzzProbe, DISABLED_Throughput) {
     ASSERT_TRUE(runtime::policy_from_name(p, &pol));
     o.gen.policy = pol;
   }
+  if (std::getenv("WITHOUT")) {  // WITHOUT=reference: every property but that one (its cost)
+    for (const auto& p : property_names())
+      if (p != std::getenv("WITHOUT")) o.oracle.properties.push_back(p);
+  }
   FuzzStats st = fuzz(o);
   std::cout << st.cases << " cases in " << st.seconds << " s: " << st.cases / st.seconds * 60 << " cases/min\n";
   for (auto& [k, v] : st.by_disposition) std::cout << "  " << k << ": " << v << "\n";
