@@ -46,6 +46,11 @@ constexpr double kBf16StackDepth = 4;
 // cases reach 1.2 .. 2.6 times the scaled bound. Past the bound but within this factor, bf16 is a
 // finding, not a failure (the `reference` oracle); a wrong mask or formula is O(1), far past it.
 constexpr double kBf16NoiseFactor = 5;
+// fp32 has the same kind of tail in campaigns: fuzzing found a 5-layer block stack whose
+// fc1.bias gradient reached 1.15e-5 (1.15 times kTolF32; `recap fuzz --seed 5 --cases 400 --jobs 2`).
+// The oracle gives fp32 the same noise factor (5e-5 is still far below any real bug's O(1e-1)
+// signature); the model tests keep the flat bound on their fixed cases.
+constexpr double kNoiseFactor = kBf16NoiseFactor;
 
 // The bound for a whole model: kTolF32 for fp32; for bf16, kTolBf16Layer for a single layer that
 // is not attention or a block (no softmax, no chain of normalizations), kTolBf16Stack otherwise,

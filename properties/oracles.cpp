@@ -338,43 +338,83 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
                             const models::check::ParamsPerturbation& perturb_reference) {
   namespace mc = models::check;
   const std::string p = "reference";
-  mc::Comparison cmp;
-  try {
-    mc::RunOptions o;
-    o.backend = backend;
-    o.spec = spec.model;
-    o.param_seed = spec.param_seed;
-    o.data_seed = spec.data_seed;
-    o.rng_seed = spec.rng_seed;
-    o.generator = runtime::GeneratorMode::Host;
-    mc::RunOutput run = mc::run_model(o);
-    if (tamper) tamper(run);
-    cmp = mc::compare_with_reference(spec.model, run, perturb_reference);
-  } catch (const std::exception& e) {
-    return bad(p, Disposition::Crashed, std::string("the reference run threw: ") + e.what());
+  const bool bf16 = spec.model.dtype == models::DType::BF16;
+  // What is checked: the whole model in fp32. In bf16 every layer alone: rounding every stored
+  // tensor to 8 bits compounds through a stack, and a deep bf16 stack can be ill-conditioned
+  // (fuzzing found a 5-layer stack ending in dropout 0.5 and a layernorm at hidden 8 whose bias
+  // gradient was 38% off fp64 while the same case in fp32 agreed to 1e-6). The oracle is about
+  // each layer's analytic gradients (DESIGN.md, oracle 6), which a layer alone on fresh inputs
+  // shows without that conditioning. Identical layer specs are checked once.
+  struct Unit {
+    std::string what;  // "" (the whole model) or "layers[2] (block)"
+    models::ModelSpec model;
+  };
+  std::vector<Unit> units;
+  if (bf16 && spec.model.layers.size() > 1) {
+    std::vector<models::LayerSpec> seen;
+    for (size_t i = 0; i < spec.model.layers.size(); ++i) {
+      const models::LayerSpec& l = spec.model.layers[i];
+      bool dup = false;
+      for (const auto& q : seen)
+        dup = dup || (q.kind == l.kind && q.ffn_hidden == l.ffn_hidden && q.heads == l.heads && q.dropout == l.dropout);
+      if (dup) continue;
+      seen.push_back(l);
+      models::ModelSpec m = spec.model;
+      m.layers = {l};
+      units.push_back({"layers[" + std::to_string(i) + "] (" + l.kind + ")", m});
+    }
+  } else {
+    units.push_back({"", spec.model});
   }
-  const double tol = mc::tolerance(spec.model);
-  Divergence d;
-  d.step = 0;
-  d.microbatch = 0;
-  d.tensor = cmp.worst_what;
-  d.max_abs_error = cmp.worst_max_abs;
-  d.rel_l2_error = cmp.worst;
-  d.tolerance = tol;
+
   CheckResult c = passed(p);
-  c.divergence = d;  // the worst quantity, passed or not
-  std::string dt = spec.model.dtype == models::DType::BF16 ? "bf16" : "fp32";
-  if (!cmp.problems.empty()) {
-    c.disposition = Disposition::Incorrect;
-    c.reason = "vs fp64 reference: " + cmp.problems[0];
-    if (cmp.problems.size() > 1) c.reason += " (and " + std::to_string(cmp.problems.size() - 1) + " more)";
-  } else if (!std::isfinite(cmp.worst)) {
-    c.disposition = Disposition::Incorrect;
-    c.reason = "vs fp64 reference: " + d.tensor + " is non-finite (" + d.describe() + ")";
-  } else if (cmp.worst > tol && !(spec.model.dtype == models::DType::BF16 && cmp.worst <= mc::kBf16NoiseFactor * tol)) {
-    c.disposition = Disposition::Incorrect;
-    c.reason = "vs fp64 reference (" + dt + ", " + std::to_string(spec.model.layers.size()) + " layers): " + d.describe();
+  std::optional<Divergence> worst;  // by error over tolerance
+  double worst_ratio = -1.0;
+  for (const Unit& u : units) {
+    mc::Comparison cmp;
+    try {
+      mc::RunOptions o;
+      o.backend = backend;
+      o.spec = u.model;
+      o.param_seed = spec.param_seed;
+      o.data_seed = spec.data_seed;
+      o.rng_seed = spec.rng_seed;
+      o.generator = runtime::GeneratorMode::Host;
+      mc::RunOutput run = mc::run_model(o);
+      if (tamper) tamper(run);
+      cmp = mc::compare_with_reference(u.model, run, perturb_reference);
+    } catch (const std::exception& e) {
+      return bad(p, Disposition::Crashed, std::string("the reference run threw: ") + e.what());
+    }
+    const double tol = mc::tolerance(u.model);
+    Divergence d;
+    d.step = 0;
+    d.microbatch = 0;
+    d.tensor = (u.what.empty() ? "" : u.what + ": ") + cmp.worst_what;
+    d.max_abs_error = cmp.worst_max_abs;
+    d.rel_l2_error = cmp.worst;
+    d.tolerance = tol;
+    const double ratio = std::isfinite(cmp.worst) ? cmp.worst / tol : INFINITY;
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = d;
+    }
+    if (c.disposition != Disposition::Passed) continue;  // keep the first failing unit's reason
+    std::string dt = bf16 ? "bf16" : "fp32";
+    std::string scope = u.what.empty() ? std::to_string(u.model.layers.size()) + " layers" : u.what + " alone";
+    if (!cmp.problems.empty()) {
+      c.disposition = Disposition::Incorrect;
+      c.reason = "vs fp64 reference (" + scope + "): " + cmp.problems[0];
+      if (cmp.problems.size() > 1) c.reason += " (and " + std::to_string(cmp.problems.size() - 1) + " more)";
+    } else if (!std::isfinite(cmp.worst)) {
+      c.disposition = Disposition::Incorrect;
+      c.reason = "vs fp64 reference: " + d.tensor + " is non-finite (" + d.describe() + ")";
+    } else if (cmp.worst > mc::kNoiseFactor * tol) {
+      c.disposition = Disposition::Incorrect;
+      c.reason = "vs fp64 reference (" + dt + ", " + scope + "): " + d.describe();
+    }
   }
+  c.divergence = worst;  // the worst quantity, passed or not
   return c;
 }
 
@@ -605,8 +645,8 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     rep.checks.push_back(reference_check(spec, backend));
     const auto& d = rep.checks.back().divergence;
     if (rep.checks.back().disposition == Disposition::Passed && d && *d->rel_l2_error > d->tolerance)
-      rep.findings.push_back("reference: bf16 error past the tolerance, within its noise (" +
-                             std::to_string(models::check::kBf16NoiseFactor).substr(0, 3) + "x): " + d->describe());
+      rep.findings.push_back("reference: error past the tolerance, within its noise (" +
+                             std::to_string(models::check::kNoiseFactor).substr(0, 3) + "x): " + d->describe());
     rep.timings["reference_ms"] = ms_since(t0);
   }
 

@@ -38,10 +38,11 @@ cmake --build --preset default -j "$(nproc)"
 
 if [ "$mode" = run ]; then
   # recap's main job: a fuzz campaign on the default backend (auto: the GPU when usable, else
-  # sim), 2000 cases or 10 minutes, counterexamples to corpus/found. Arguments replace the budget.
+  # sim) over the configurations recap vouches for (the graph-safe policy), 2000 cases or 10
+  # minutes, counterexamples to corpus/found. Arguments replace the campaign.
   if (($#)); then exec build/harness/cli/recap fuzz "$@"; fi
-  exec build/harness/cli/recap fuzz --backend auto --cases 2000 --time-budget 600 --jobs "$(nproc)" \
-    --report build/fuzz-report.json
+  exec build/harness/cli/recap fuzz --backend auto --policy graph-safe --cases 2000 --time-budget 600 \
+    --jobs "$(nproc)" --report build/fuzz-report.json
 else
   exec ctest --preset default
 fi
