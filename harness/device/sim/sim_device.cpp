@@ -333,17 +333,22 @@ Status SimDevice::event_record(Event e, Stream s) {
   });
 }
 
+// The rules a host query or synchronize of an event passes first, in the order measured.
+Status SimDevice::check_host_event_access(EventState* ev) {
+  if (ev == nullptr) return Status::InvalidResourceHandle;
+  if (event_unusable(*ev)) return Status::InvalidValue;  // before the barred-thread rule (measured)
+  // An event recorded in an Active capture: 907 in every mode, and the capture is invalidated.
+  if (CaptureState* c = active_capture_of(*ev)) {
+    invalidate(c->id);
+    return Status::CapturedEvent;
+  }
+  return refuse_unsafe_call();
+}
+
 Status SimDevice::event_query(Event e) {
   return call([&] {
     EventState* ev = find_event(e);
-    if (ev == nullptr) return Status::InvalidResourceHandle;
-    if (event_unusable(*ev)) return Status::InvalidValue;  // before the barred-thread rule (measured)
-    // An event recorded in an Active capture: 907 in every mode, and the capture is invalidated.
-    if (CaptureState* c = active_capture_of(*ev)) {
-      invalidate(c->id);
-      return Status::CapturedEvent;
-    }
-    if (Status r = refuse_unsafe_call(); !ok(r)) return r;
+    if (Status r = check_host_event_access(ev); !ok(r)) return r;
     if (!sched_.done(ev->work.id)) sched_.run_some();
     if (!sched_.done(ev->work.id)) return Status::NotReady;
     host_observed({ev->work});
@@ -354,14 +359,7 @@ Status SimDevice::event_query(Event e) {
 Status SimDevice::event_synchronize(Event e) {
   return call([&] {
     EventState* ev = find_event(e);
-    if (ev == nullptr) return Status::InvalidResourceHandle;
-    if (event_unusable(*ev)) return Status::InvalidValue;  // before the barred-thread rule (measured)
-    // An event recorded in an Active capture: 907 in every mode, and the capture is invalidated.
-    if (CaptureState* c = active_capture_of(*ev)) {
-      invalidate(c->id);
-      return Status::CapturedEvent;
-    }
-    if (Status r = refuse_unsafe_call(); !ok(r)) return r;
+    if (Status r = check_host_event_access(ev); !ok(r)) return r;
     host_waits_for({ev->work});
     return Status::Success;
   });
