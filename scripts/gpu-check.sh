@@ -35,6 +35,16 @@ for f in corpus/examples/*.json; do
 done
 grep -cE "^expected: .*\(as expected\)" "$out/runs.log" | sed 's/^/recap run: cases as expected: /'
 
+# Fuzz campaigns on the GPU: the graph-safe configurations (must hold), then the naive policy
+# (must find and shrink the capture failure). Counterexamples go to a scratch corpus.
+corpus=$(mktemp -d)
+"$build/harness/cli/recap" fuzz --backend cuda --policy graph-safe --cases 200 --time-budget 150 --seed 1 \
+  --corpus-dir "$corpus" --report "$out/fuzz-cuda.json" > "$out/fuzz-cuda.log" 2>&1 || status=1
+echo "===== naive" >> "$out/fuzz-cuda.log"
+"$build/harness/cli/recap" fuzz --backend cuda --policy naive --seed 1 --corpus-dir "$corpus" >> "$out/fuzz-cuda.log" 2>&1
+[ $? -eq 1 ] || status=1
+grep -E "by disposition|throughput|capture_clean" "$out/fuzz-cuda.log"
+
 # Every gtest binary (gpu tests run here instead of skipping), into one log: the device tool
 # brings back at most 8 files.
 : > "$out/tests.log"
