@@ -192,6 +192,23 @@ TEST(Reference, BothDtypesOfEveryKindPass) {
     }
 }
 
+// The fp64 reference runs on the CPU; past its budget of multiply-adds it checks fewer tokens,
+// still at the layer's full width, and says so. One mlp at hidden 256 and 256 tokens costs about
+// 5e8 multiply-adds (over the 2e8 budget); at 16 tokens (under it) nothing is reduced.
+TEST(Reference, BoundsItsCostByCheckingFewerTokens) {
+  auto big = lone("mlp", models::DType::F32);
+  big.model.hidden = 256;
+  big.model.tokens = 256;
+  CheckResult c = reference_check(big, device::Backend::Sim);
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_NE(c.reason.find("fewer tokens than the case's 256"), std::string::npos) << c.reason;
+  auto small = big;
+  small.model.tokens = 16;
+  CheckResult d = reference_check(small, device::Backend::Sim);
+  EXPECT_EQ(d.disposition, Disposition::Passed) << d.reason;
+  EXPECT_EQ(d.reason, "");
+}
+
 TEST(Reference, PlantedWrongGradientIsIncorrectAndNamed) {
   auto s = one_layer("block", CheckpointPolicy::GraphSafe, runtime::ExecutorKind::Eager);
   std::string planted;
