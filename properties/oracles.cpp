@@ -702,14 +702,6 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   return rep;
 }
 
-namespace {
-Json num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-}  // namespace
-
 Json case_report_to_json(const CaseReport& r) {
   Json j;
   j["spec"] = Json::parse(runtime::case_to_json(r.spec).dump());
@@ -726,10 +718,10 @@ Json case_report_to_json(const CaseReport& r) {
       k["divergence"] = {{"step", c.divergence->step},
                          {"microbatch", c.divergence->microbatch},
                          {"tensor", c.divergence->tensor},
-                         {"max_abs_error", num(c.divergence->max_abs_error)},
+                         {"max_abs_error", runtime::json_number(c.divergence->max_abs_error)},
                          {"max_ulps", c.divergence->max_ulps}};
       if (c.divergence->rel_l2_error) {
-        k["divergence"]["rel_l2_error"] = num(*c.divergence->rel_l2_error);
+        k["divergence"]["rel_l2_error"] = runtime::json_number(*c.divergence->rel_l2_error);
         k["divergence"]["tolerance"] = c.divergence->tolerance;
       }
     }

@@ -9,12 +9,6 @@ namespace recap::runtime {
 
 namespace {
 
-Json number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
 std::string hex64(uint64_t v) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -104,6 +98,12 @@ uint64_t digest(const std::vector<std::vector<float>>& v) {
   return h;
 }
 
+Json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
 Json run_result_to_json(const RunResult& r) {
   Verdict v = verdict(r);
   Json j;
@@ -123,7 +123,7 @@ Json run_result_to_json(const RunResult& r) {
   }
   j["capture"] = {{"captured", r.captured},
                   {"graphs", r.graphs},
-                  {"ms", number(r.capture_ms)},
+                  {"ms", json_number(r.capture_ms)},
                   {"memory", memory_json(r.capture_memory)}};
   j["ledger"] = {{"summary", r.ledger_summary},
                  {"recompute_mismatches", r.recompute_mismatches},
@@ -135,12 +135,12 @@ Json run_result_to_json(const RunResult& r) {
     st["step"] = s.step;
     st["phase"] = s.phase;
     Json losses = Json::array();
-    for (const auto& m : s.microbatches) losses.push_back(number(m.loss));
+    for (const auto& m : s.microbatches) losses.push_back(json_number(m.loss));
     st["losses"] = losses;
     GradNorms n = grad_norms(r, s);
     Json per = Json::object();
-    for (size_t l = 0; l < n.per_layer.size(); ++l) per[r.layer_names[l]] = number(n.per_layer[l]);
-    st["grad_norm"] = {{"total", number(n.total)}, {"layers", per}};
+    for (size_t l = 0; l < n.per_layer.size(); ++l) per[r.layer_names[l]] = json_number(n.per_layer[l]);
+    st["grad_norm"] = {{"total", json_number(n.total)}, {"layers", per}};
     st["grad_digest"] = hex64(digest(s.grads));
     Json mbd = Json::array();
     for (const auto& m : s.microbatches) mbd.push_back(hex64(digest(m.grads)));
@@ -149,7 +149,7 @@ Json run_result_to_json(const RunResult& r) {
     LedgerCounts lc = count_ledger(s.ledger);
     st["ledger"] = {{"draws", lc.draws}, {"forward", lc.forward}, {"recompute", lc.recompute}, {"mismatches", lc.mismatches}};
     st["memory"] = memory_json(s.memory);
-    st["ms"] = number(s.ms);
+    st["ms"] = json_number(s.ms);
     steps.push_back(st);
   }
   j["steps"] = steps;
