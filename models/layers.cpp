@@ -68,6 +68,26 @@ Tensor child_backward(Ctx& ctx, Layer& child, const Tensor& dy, Saved& saved) {
   return child.backward(ctx, dy, saved);
 }
 
+// A chain of sub-layers (Attention, Mlp): forward in order, one saved record per child; backward
+// in reverse.
+Tensor chain_forward(Ctx& ctx, const std::vector<Layer*>& chain, const Tensor& x, Saved& saved) {
+  saved.clear();
+  saved.children.resize(chain.size());
+  Tensor h = x;
+  for (size_t i = 0; i < chain.size(); ++i) h = child_forward(ctx, *chain[i], h, saved.children[i]);
+  if (!ctx.save_for_backward) saved.clear();
+  return h;
+}
+
+Tensor chain_backward(Ctx& ctx, const std::vector<Layer*>& chain, const Tensor& dy, Saved& saved,
+                      const std::string& layer) {
+  check_saved(saved, 0, chain.size(), layer);
+  Tensor d = dy;
+  for (size_t i = chain.size(); i-- > 0;) d = child_backward(ctx, *chain[i], d, saved.children[i]);
+  saved.clear();
+  return d;
+}
+
 void launch_ew(Ctx& ctx, Ew op, const Tensor& out, const Tensor* a, const Tensor* b = nullptr,
                const uint32_t* mask = nullptr, float s = 0.0f) {
   math::EwArgs e;
@@ -485,22 +505,11 @@ std::vector<Param*> concat_params(std::initializer_list<Layer*> layers) {
 std::vector<Param*> Attention::params() { return concat_params({qkv_.get(), core_.get(), proj_.get()}); }
 
 Tensor Attention::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
-  saved.clear();
-  saved.children.resize(3);
-  Tensor h = child_forward(ctx, *qkv_, x, saved.children[0]);
-  h = child_forward(ctx, *core_, h, saved.children[1]);
-  h = child_forward(ctx, *proj_, h, saved.children[2]);
-  if (!ctx.save_for_backward) saved.clear();
-  return h;
+  return chain_forward(ctx, {qkv_.get(), core_.get(), proj_.get()}, x, saved);
 }
 
 Tensor Attention::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
-  check_saved(saved, 0, 3, name());
-  Tensor d = child_backward(ctx, *proj_, dy, saved.children[2]);
-  d = child_backward(ctx, *core_, d, saved.children[1]);
-  d = child_backward(ctx, *qkv_, d, saved.children[0]);
-  saved.clear();
-  return d;
+  return chain_backward(ctx, {qkv_.get(), core_.get(), proj_.get()}, dy, saved, name());
 }
 
 // ---- Mlp ------------------------------------------------------------------------------------
@@ -517,24 +526,11 @@ Mlp::Mlp(Builder& b, const std::string& path, const std::string& name, int64_t h
 std::vector<Param*> Mlp::params() { return concat_params({fc1_.get(), gelu_.get(), fc2_.get(), dropout_.get()}); }
 
 Tensor Mlp::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
-  saved.clear();
-  saved.children.resize(4);
-  Tensor h = child_forward(ctx, *fc1_, x, saved.children[0]);
-  h = child_forward(ctx, *gelu_, h, saved.children[1]);
-  h = child_forward(ctx, *fc2_, h, saved.children[2]);
-  h = child_forward(ctx, *dropout_, h, saved.children[3]);
-  if (!ctx.save_for_backward) saved.clear();
-  return h;
+  return chain_forward(ctx, {fc1_.get(), gelu_.get(), fc2_.get(), dropout_.get()}, x, saved);
 }
 
 Tensor Mlp::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
-  check_saved(saved, 0, 4, name());
-  Tensor d = child_backward(ctx, *dropout_, dy, saved.children[3]);
-  d = child_backward(ctx, *fc2_, d, saved.children[2]);
-  d = child_backward(ctx, *gelu_, d, saved.children[1]);
-  d = child_backward(ctx, *fc1_, d, saved.children[0]);
-  saved.clear();
-  return d;
+  return chain_backward(ctx, {fc1_.get(), gelu_.get(), fc2_.get(), dropout_.get()}, dy, saved, name());
 }
 
 // ---- SwiGlu ---------------------------------------------------------------------------------
