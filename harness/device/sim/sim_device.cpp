@@ -251,19 +251,25 @@ Status SimDevice::stream_destroy(Stream s) {
   });
 }
 
+// The rules a host query or synchronize of a stream passes first.
+Status SimDevice::check_host_stream_access(StreamState* st) {
+  if (st == nullptr) return Status::InvalidResourceHandle;
+  // "stream query/sync on the capturing stream": 900 in every mode, from any thread.
+  if (CaptureState* c = capture_of(*st)) {
+    invalidate(c->id);
+    return Status::StreamCaptureUnsupported;
+  }
+  // cudaStreamQuery(0) / cudaStreamSynchronize(0) with a blocking capture stream: 906.
+  if (st->legacy) {
+    if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
+  }
+  return refuse_unsafe_call();
+}
+
 Status SimDevice::stream_synchronize(Stream s) {
   return call([&] {
     StreamState* st = find_stream(s);
-    if (st == nullptr) return Status::InvalidResourceHandle;
-    // "stream query/sync on the capturing stream": 900 in every mode, from any thread.
-    if (CaptureState* c = capture_of(*st)) {
-      invalidate(c->id);
-      return Status::StreamCaptureUnsupported;
-    }
-    if (st->legacy) {
-      if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-    }
-    if (Status r = refuse_unsafe_call(); !ok(r)) return r;
+    if (Status r = check_host_stream_access(st); !ok(r)) return r;
     host_waits_for(sync_targets(*st));
     return Status::Success;
   });
@@ -272,15 +278,7 @@ Status SimDevice::stream_synchronize(Stream s) {
 Status SimDevice::stream_query(Stream s) {
   return call([&] {
     StreamState* st = find_stream(s);
-    if (st == nullptr) return Status::InvalidResourceHandle;
-    if (CaptureState* c = capture_of(*st)) {
-      invalidate(c->id);
-      return Status::StreamCaptureUnsupported;
-    }
-    if (st->legacy) {  // cudaStreamQuery(0) with a blocking capture stream: 906
-      if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-    }
-    if (Status r = refuse_unsafe_call(); !ok(r)) return r;
+    if (Status r = check_host_stream_access(st); !ok(r)) return r;
     std::vector<WorkRef> targets = sync_targets(*st);
     if (!all_done(targets)) sched_.run_some();
     if (!all_done(targets)) return Status::NotReady;

@@ -205,6 +205,7 @@ class SimDevice final : public Device {
   bool event_unusable(const EventState& ev) const;
   CaptureState* active_capture_of(const EventState& ev);  // the Active capture it was recorded in
   Status check_host_event_access(EventState* ev);
+  Status check_host_stream_access(StreamState* st);
   CaptureMode thread_mode() const;
   // The reference's "who may make potentially unsafe calls": the captures that bar the calling
   // thread (empty when it may make the call).
