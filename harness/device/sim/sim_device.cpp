@@ -365,22 +365,28 @@ Status SimDevice::event_synchronize(Event e) {
 
 // ---- memory ---------------------------------------------------------------------------------
 
+// Device memory for cudaMalloc and eager cudaMallocAsync: host memory from the arena, recorded
+// and accounted under `cat`. Zero bytes succeed with a null pointer (measured).
+Status SimDevice::allocate_device_block(void** out, size_t bytes, AllocKind kind, MemCategory cat) {
+  if (bytes == 0) {
+    *out = nullptr;
+    return Status::Success;
+  }
+  if (!fits(bytes)) return Status::MemoryAllocation;
+  void* p = arena_.allocate(bytes);
+  if (p == nullptr) return Status::MemoryAllocation;
+  allocations_[p] = Allocation{bytes, kind};
+  ledger_.on_alloc(p, static_cast<int64_t>(bytes), cat);
+  *out = p;
+  return Status::Success;
+}
+
 Status SimDevice::malloc(void** out, size_t bytes, MemCategory cat) {
   return call([&] {
     if (out == nullptr) return Status::InvalidValue;
     if (static_cast<int>(cat) < 0 || static_cast<int>(cat) >= kNumCategories) return Status::InvalidValue;
     if (Status r = refuse_unsafe_call(); !ok(r)) return r;
-    if (bytes == 0) {
-      *out = nullptr;
-      return Status::Success;
-    }
-    if (!fits(bytes)) return Status::MemoryAllocation;
-    void* p = arena_.allocate(bytes);
-    if (p == nullptr) return Status::MemoryAllocation;
-    allocations_[p] = Allocation{bytes, AllocKind::Device};
-    ledger_.on_alloc(p, static_cast<int64_t>(bytes), cat);
-    *out = p;
-    return Status::Success;
+    return allocate_device_block(out, bytes, AllocKind::Device, cat);
   });
 }
 
@@ -456,20 +462,13 @@ Status SimDevice::malloc_async(void** out, size_t bytes, Stream s, MemCategory c
     }
     // Outside capture it is a potentially unsafe call (measured on the H200, legacy or not).
     if (Status r = refuse_unsafe_call(); !ok(r)) return r;
-    if (bytes == 0) {
-      *out = nullptr;
-      return Status::Success;
-    }
-    if (!fits(bytes)) return Status::MemoryAllocation;
-    void* p = arena_.allocate(bytes);
-    if (p == nullptr) return Status::MemoryAllocation;
     // Stream-ordered allocation: accounted when issued (the pool hands out the address now).
-    allocations_[p] = Allocation{bytes, AllocKind::StreamOrdered};
-    ledger_.on_alloc(p, static_cast<int64_t>(bytes), cat);
-    pool_live_ += static_cast<int64_t>(bytes);
-    pool_peak_ = std::max(pool_peak_, pool_live_);
-    *out = p;
-    return Status::Success;
+    Status r = allocate_device_block(out, bytes, AllocKind::StreamOrdered, cat);
+    if (ok(r) && *out != nullptr) {
+      pool_live_ += static_cast<int64_t>(bytes);
+      pool_peak_ = std::max(pool_peak_, pool_live_);
+    }
+    return r;
   });
 }
 

@@ -204,6 +204,7 @@ class SimDevice final : public Device {
   // wait return InvalidValue (checked before the barred-thread rule; measured on the H200).
   bool event_unusable(const EventState& ev) const;
   CaptureState* active_capture_of(const EventState& ev);  // the Active capture it was recorded in
+  Status allocate_device_block(void** out, size_t bytes, AllocKind kind, MemCategory cat);
   Status check_host_event_access(EventState* ev);
   Status check_host_stream_access(StreamState* st);
   CaptureMode thread_mode() const;
