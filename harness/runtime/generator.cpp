@@ -195,12 +195,18 @@ void Generator::set_state(uint64_t seed, uint64_t offset) {
     offset_ = offset;
     return;
   }
+  check_seed_settable_during_capture(seed);
+  intragraph_ = offset;  // PyTorch 2.10+: rewinds (or moves) the offset within the graph
+}
+
+// Setting the seed during capture (PyTorch's set_current_seed): refused for a host generator, and
+// for a graph-safe one unless the seed stays the same.
+void Generator::check_seed_settable_during_capture(uint64_t seed) const {
   if (mode_ == GeneratorMode::Host) throw_capturing("Cannot call CUDAGeneratorImpl::set_current_seed");
   if (seed != seed_)
     throw RngError(
         "CUDAGeneratorImpl::set_current_seed can be called during stream capture only if new seed is the same "
         "as the original seed.");
-  intragraph_ = offset;  // PyTorch 2.10+: rewinds (or moves) the offset within the graph
 }
 
 void Generator::manual_seed(uint64_t seed) {
@@ -209,11 +215,7 @@ void Generator::manual_seed(uint64_t seed) {
     offset_ = 0;
     return;
   }
-  if (mode_ == GeneratorMode::Host) throw_capturing("Cannot call CUDAGeneratorImpl::set_current_seed");
-  if (seed != seed_)
-    throw RngError(
-        "CUDAGeneratorImpl::set_current_seed can be called during stream capture only if new seed is the same "
-        "as the original seed.");
+  check_seed_settable_during_capture(seed);
 }
 
 }  // namespace recap::runtime

@@ -98,6 +98,8 @@ class Generator {
   void manual_seed(uint64_t seed);    // seed := seed, offset := 0
 
  private:
+  void check_seed_settable_during_capture(uint64_t seed) const;
+
   device::Device& dev_;
   uint64_t seed_;
   uint64_t offset_ = 0;
