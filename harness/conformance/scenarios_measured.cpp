@@ -12,6 +12,13 @@ using device::Status;
 using device::Stream;
 namespace k = device::kernels;
 
+// A one-kernel graph (buf += 1) captured on t: the graph the scenarios below then misuse.
+device::Graph capture_increment(Recorder& r, Stream t, uint32_t* buf) {
+  r.begin("cudaStreamBeginCapture(t, global)", t, CaptureMode::Global);
+  r.kernel("kernel increment_u32(buf) on t", k::increment_u32(buf, 4), t);
+  return r.end("cudaStreamEndCapture(t)", t, Status::Success, 1);
+}
+
 }  // namespace
 
 void add_measured(std::vector<Scenario>& out) {
@@ -52,9 +59,7 @@ void add_measured(std::vector<Scenario>& out) {
         Stream s = r.stream(true);
         Stream t = r.stream(true);
         uint32_t* buf = r.alloc(4);
-        r.begin("cudaStreamBeginCapture(t, global)", t, CaptureMode::Global);
-        r.kernel("kernel increment_u32(buf) on t", k::increment_u32(buf, 4), t);
-        device::Graph g = r.end("cudaStreamEndCapture(t)", t, Status::Success, 1);
+        device::Graph g = capture_increment(r, t, buf);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
         r.begin("cudaStreamBeginCapture(s, global)", s, CaptureMode::Global);
         r.launch("cudaGraphLaunch(exec, s) while s captures", e, s, Status::StreamCaptureUnsupported);
@@ -96,9 +101,7 @@ void add_measured(std::vector<Scenario>& out) {
         Stream s = r.stream(true);
         Stream t = r.stream(true);
         uint32_t* buf = r.alloc(4);
-        r.begin("cudaStreamBeginCapture(t, global)", t, CaptureMode::Global);
-        r.kernel("kernel increment_u32(buf) on t", k::increment_u32(buf, 4), t);
-        device::Graph g = r.end("cudaStreamEndCapture(t)", t, Status::Success, 1);
+        device::Graph g = capture_increment(r, t, buf);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
         r.begin("cudaStreamBeginCapture(s, global)", s, CaptureMode::Global);
         r.call("cudaGraphExecDestroy(exec) during the capture", r.dev().graph_exec_destroy(e),
@@ -115,9 +118,7 @@ void add_measured(std::vector<Scenario>& out) {
         Stream s = r.stream(true);
         Stream t = r.stream(true);
         uint32_t* buf = r.alloc(4);
-        r.begin("cudaStreamBeginCapture(t, global)", t, CaptureMode::Global);
-        r.kernel("kernel increment_u32(buf) on t", k::increment_u32(buf, 4), t);
-        device::Graph g = r.end("cudaStreamEndCapture(t)", t, Status::Success, 1);
+        device::Graph g = capture_increment(r, t, buf);
         r.begin("cudaStreamBeginCapture(s, global)", s, CaptureMode::Global);
         r.instantiate("cudaGraphInstantiate during the capture", g, 0, Status::StreamCaptureUnsupported);
         r.capture("capture status of s", s, CaptureStatus::Invalidated);
