@@ -8,8 +8,8 @@
 
 #include "harness/conformance/scenario.h"
 #include "harness/device/device.h"
-#include "harness/runtime/executor.h"
-#include "harness/runtime/spec.h"
+#include "harness/training/executor.h"
+#include "harness/training/spec.h"
 #include "properties/generators.h"
 #include "properties/oracles.h"
 
@@ -24,9 +24,9 @@ device::BackendChoice backend() {
   return c;
 }
 
-runtime::CaseSpec load(const std::string& name) {
-  runtime::CaseSpec s;
-  std::string err = runtime::read_case_file(std::string(RECAP_CORPUS_DIR) + "/examples/" + name + ".json", &s);
+training::CaseSpec load(const std::string& name) {
+  training::CaseSpec s;
+  std::string err = training::read_case_file(std::string(RECAP_CORPUS_DIR) + "/examples/" + name + ".json", &s);
   if (!err.empty()) throw std::runtime_error(err);
   return s;
 }
@@ -35,16 +35,16 @@ runtime::CaseSpec load(const std::string& name) {
 // activations peak and the graph-pool bytes while the graphs were captured (what they hold at
 // replay), so policies compare on both axes.
 void BM_RunCase(benchmark::State& state, const std::string& name) {
-  runtime::CaseSpec spec = load(name);
+  training::CaseSpec spec = load(name);
   std::string err;
   auto dev = device::make_device(backend(), {}, &err);
   if (!dev) {
     state.SkipWithError(err.c_str());
     return;
   }
-  runtime::RunResult last;
+  training::RunResult last;
   for (auto _ : state) {
-    last = runtime::run_case(*dev, spec);
+    last = training::run_case(*dev, spec);
     if (!last.ok()) {
       state.SkipWithError(last.failure->line().c_str());
       return;
@@ -54,7 +54,7 @@ void BM_RunCase(benchmark::State& state, const std::string& name) {
   for (const auto& s : last.steps) step_ms += s.ms;
   state.counters["step_ms"] = last.steps.empty() ? 0 : step_ms / last.steps.size();
   // Inside graphs: the peaks over the capture; eagerly: the last step's.
-  const runtime::MemorySnapshot& m = last.captured ? last.capture_memory : last.steps.back().memory;
+  const training::MemorySnapshot& m = last.captured ? last.capture_memory : last.steps.back().memory;
   state.counters["activations_peak_B"] = static_cast<double>(m.activations_peak());
   state.counters["graph_pool_B"] = static_cast<double>(m.allocator.pool_peak_reserved_bytes);
   state.SetLabel(device::backend_name(dev->backend()));
@@ -68,13 +68,13 @@ BENCHMARK_CAPTURE(BM_RunCase, full_iteration_graph_safe, std::string("graph-safe
 // The harness's throughput: generated graph-safe cases judged by every oracle (items = cases).
 void BM_EvaluateGeneratedCases(benchmark::State& state) {
   properties::GenConfig g;
-  g.policy = runtime::CheckpointPolicy::GraphSafe;
+  g.policy = training::CheckpointPolicy::GraphSafe;
   auto gen = properties::gen_case(g);
   properties::OracleOptions o;
   o.backend = backend();
   uint64_t i = 0;
   for (auto _ : state) {
-    runtime::CaseSpec spec = gen(rc::Random(++i * 7919), rc::kNominalSize).value();
+    training::CaseSpec spec = gen(rc::Random(++i * 7919), rc::kNominalSize).value();
     auto rep = properties::evaluate(spec, o);
     benchmark::DoNotOptimize(rep.disposition);
   }

@@ -1,5 +1,5 @@
 // A model: a stack of layers built from a ModelSpec, with the loss. The spec is part of a recap
-// case (harness/runtime/spec.h) and of its JSON form.
+// case (harness/training/spec.h) and of its JSON form.
 #pragma once
 
 #include <memory>

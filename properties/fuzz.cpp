@@ -23,18 +23,18 @@ std::string reproduceMapToString(const std::unordered_map<std::string, Reproduce
 
 namespace recap::properties {
 
-using runtime::CaseSpec;
+using training::CaseSpec;
 
 std::vector<std::string> classify(const CaseSpec& s) {
   std::vector<std::string> out;
   bool ckpt = s.any_checkpoint();
-  bool capture = s.executor != runtime::ExecutorKind::Eager;
+  bool capture = s.executor != training::ExecutorKind::Eager;
   bool graphed_layer = false, dropout = false, ckpt_graphed = false;
   for (size_t i = 0; i < s.layers.size(); ++i) {
-    bool g = s.executor == runtime::ExecutorKind::FullIteration || (capture && s.layers[i].graphed);
+    bool g = s.executor == training::ExecutorKind::FullIteration || (capture && s.layers[i].graphed);
     graphed_layer = graphed_layer || g;
     if (s.model.layers[i].dropout > 0.0f) dropout = true;
-    if (g && s.layers[i].checkpoint != runtime::CheckpointGranularity::None) ckpt_graphed = true;
+    if (g && s.layers[i].checkpoint != training::CheckpointGranularity::None) ckpt_graphed = true;
   }
   capture = capture && graphed_layer;
   if (ckpt && capture && dropout) out.push_back("checkpoint+capture+dropout");
@@ -42,12 +42,12 @@ std::vector<std::string> classify(const CaseSpec& s) {
   if (ckpt) out.push_back("checkpoint");
   if (capture) out.push_back("capture");
   if (dropout) out.push_back("dropout");
-  out.push_back("executor=" + runtime::executor_name(s.executor));
-  out.push_back("policy=" + runtime::policy_name(s.policy));
+  out.push_back("executor=" + training::executor_name(s.executor));
+  out.push_back("policy=" + training::policy_name(s.policy));
   out.push_back("generator=" + runtime::generator_mode_name(s.generator));
   out.push_back("device_state=" + runtime::device_state_model_name(s.device_state));
-  out.push_back("style=" + runtime::style_name(s.style));
-  out.push_back("warmup_backward=" + runtime::warmup_backward_name(s.warmup_backward));
+  out.push_back("style=" + training::style_name(s.style));
+  out.push_back("warmup_backward=" + training::warmup_backward_name(s.warmup_backward));
   out.push_back(std::string("dtype=") + (s.model.dtype == models::DType::BF16 ? "bf16" : "fp32"));
   out.push_back("layers=" + std::to_string(s.model.layers.size()));
   out.push_back("microbatches=" + std::to_string(s.microbatches));
@@ -55,7 +55,7 @@ std::vector<std::string> classify(const CaseSpec& s) {
   out.push_back("warmup=" + std::to_string(s.warmup));
   bool selective = false;
   for (const auto& l : s.model.layers) out.push_back("kind=" + l.kind);
-  for (const auto& f : s.layers) selective = selective || f.checkpoint == runtime::CheckpointGranularity::Selective;
+  for (const auto& f : s.layers) selective = selective || f.checkpoint == training::CheckpointGranularity::Selective;
   if (selective) out.push_back("selective");
   if (!s.shared_pool) out.push_back("separate pools");
   // kinds may repeat: dedupe, keeping order

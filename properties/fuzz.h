@@ -27,7 +27,7 @@ struct FuzzOptions {
 };
 
 struct Counterexample {
-  runtime::CaseSpec spec;   // shrunk
+  training::CaseSpec spec;   // shrunk
   CaseReport report;        // of the shrunk case
   std::string property;     // the first failing property
   std::string reproduce;    // RapidCheck's reproduce string (RC_PARAMS="reproduce=...")
@@ -58,6 +58,6 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
 
 // The labels classification() counts a case under (QuickCheck's `classify`): e.g.
 // "checkpoint+capture+dropout", "executor=per-layer", "policy=graph-safe", "generator=host", ...
-std::vector<std::string> classify(const runtime::CaseSpec& spec);
+std::vector<std::string> classify(const training::CaseSpec& spec);
 
 }  // namespace recap::properties

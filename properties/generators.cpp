@@ -11,11 +11,11 @@
 namespace recap::properties {
 namespace {
 
-using runtime::CaseSpec;
-using runtime::CheckpointGranularity;
-using runtime::CheckpointPolicy;
-using runtime::CheckpointStyle;
-using runtime::ExecutorKind;
+using training::CaseSpec;
+using training::CheckpointGranularity;
+using training::CheckpointPolicy;
+using training::CheckpointStyle;
+using training::ExecutorKind;
 using runtime::GeneratorMode;
 
 // inRange scales its range by RapidCheck's size (which ramps up within a run); at a fixed nominal
@@ -97,7 +97,7 @@ struct CaseDraw {
 
 }  // namespace
 
-rc::Gen<runtime::CaseSpec> gen_case(const GenConfig& config) {
+rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   const bool cuda = config.backend == device::Backend::Cuda;
   // Small dims on sim keep the campaign fast (and small cases shrink well); the range still
   // reaches the bounds (hidden 8-64, tokens 4-64). Larger on cuda, where grid sizing and
@@ -149,7 +149,7 @@ rc::Gen<runtime::CaseSpec> gen_case(const GenConfig& config) {
       l.heads = (l.kind == "attention" || l.kind == "block") ? ld.heads : 1;
       l.ffn_hidden = (l.kind == "mlp" || l.kind == "block" || l.kind == "swiglu") ? ld.ffn_mult * d.hidden : 0;
       l.dropout = has_dropout(l.kind) ? ld.dropout : 0.0f;
-      runtime::LayerFlags f;
+      training::LayerFlags f;
       f.graphed = ld.graphed;
       auto roles = roles_of(l.kind);
       if (ld.checkpoint == 1 || (ld.checkpoint == 2 && (roles.empty() || s.style == CheckpointStyle::WithoutOutput))) {
@@ -186,13 +186,13 @@ rc::Gen<runtime::CaseSpec> gen_case(const GenConfig& config) {
     }
     s.generator = d.host_generator ? GeneratorMode::Host : GeneratorMode::GraphSafe;
     s.device_state = d.per_capture ? runtime::DeviceStateModel::PerCapture : runtime::DeviceStateModel::Shared;
-    s.warmup_backward = d.grad_of_inputs ? runtime::WarmupBackward::GradOfInputs : runtime::WarmupBackward::Backward;
+    s.warmup_backward = d.grad_of_inputs ? training::WarmupBackward::GradOfInputs : training::WarmupBackward::Backward;
     if (sound) {
       // Knobs broken by construction whatever the checkpoint policy (a host generator under
       // graphs bakes its offsets, bug classes 4/5; reentrant checkpoints refuse a grad-of-inputs
       // warmup backward, Megatron-LM #2758) stay in their sound setting.
       if (s.executor != ExecutorKind::Eager) s.generator = GeneratorMode::GraphSafe;
-      if (s.style == CheckpointStyle::Reentrant) s.warmup_backward = runtime::WarmupBackward::Backward;
+      if (s.style == CheckpointStyle::Reentrant) s.warmup_backward = training::WarmupBackward::Backward;
       if (s.policy == CheckpointPolicy::Skip) {
         // Outside the graph phases `skip` checkpoints as naive does, which is sound with a host
         // generator (true snapshots) and wrong with a graph-safe one (live handles, bug class 3)

@@ -7,13 +7,13 @@
 #include <rapidcheck.h>
 
 #include "harness/device/device.h"
-#include "harness/runtime/spec.h"
+#include "harness/training/spec.h"
 
 namespace recap::properties {
 
 struct GenConfig {
   device::Backend backend = device::Backend::Sim;  // sim: hidden 8-64, tokens 4-64; cuda: larger
-  std::optional<runtime::CheckpointPolicy> policy;  // fixed, or drawn when absent
+  std::optional<training::CheckpointPolicy> policy;  // fixed, or drawn when absent
   // Keep the knobs that are broken whatever the policy in their sound setting, so that a campaign
   // judges the policy alone: graphed cases use the graph-safe generator (a host generator bakes
   // offsets into graphs, bug classes 4/5); reentrant checkpoints get a plain warmup backward
@@ -26,6 +26,6 @@ struct GenConfig {
 };
 
 // A valid case covering the whole configuration space of the runtime (issue 4, item 1).
-rc::Gen<runtime::CaseSpec> gen_case(const GenConfig& config);
+rc::Gen<training::CaseSpec> gen_case(const GenConfig& config);
 
 }  // namespace recap::properties

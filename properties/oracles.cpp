@@ -17,17 +17,17 @@
 #include <iomanip>
 #include <sstream>
 
-#include "harness/runtime/executor.h"
+#include "harness/training/executor.h"
 #include "harness/runtime/phase.h"
 #include "models/check.h"
 
 namespace recap::properties {
 
-using runtime::CaseSpec;
-using runtime::CheckpointGranularity;
-using runtime::CheckpointPolicy;
-using runtime::ExecutorKind;
-using runtime::RunResult;
+using training::CaseSpec;
+using training::CheckpointGranularity;
+using training::CheckpointPolicy;
+using training::ExecutorKind;
+using training::RunResult;
 
 std::string disposition_name(Disposition d) {
   switch (d) {
@@ -197,7 +197,7 @@ Run run_on_fresh_device(const CaseSpec& spec, device::BackendChoice backend) {
   auto t0 = std::chrono::steady_clock::now();
   try {
     auto dev = new_device(backend);
-    r.result = runtime::run_case(*dev, spec);
+    r.result = training::run_case(*dev, spec);
     r.live_after = dev->memory_stats().live_bytes;
   } catch (const std::exception& e) {
     r.crash = e.what();
@@ -290,7 +290,7 @@ Json memory_json(const RunResult& r) {
 }
 
 // Hygiene after a failed capture, on the session whose capture failed: "" or the problem.
-std::string hygiene_after(runtime::Session& session, device::Device& dev, int step) {
+std::string hygiene_after(training::Session& session, device::Device& dev, int step) {
   if (!runtime::phase_flags_clear()) return "phase flags still set after the failed capture";
   auto& t = session.trainer();
   for (device::Stream s : {t.main, t.side, t.capture}) {
@@ -302,7 +302,7 @@ std::string hygiene_after(runtime::Session& session, device::Device& dev, int st
   }
   for (auto* c : t.checkpoints)
     if (c->pending() != 0) return "a checkpoint keeps " + std::to_string(c->pending()) + " pending records";
-  runtime::StepRecord rec = session.eager_step(step);
+  training::StepRecord rec = session.eager_step(step);
   for (const auto& m : rec.microbatches)
     if (!std::isfinite(m.loss)) return "the eager step after the failed capture has a non-finite loss";
   if (!runtime::phase_flags_clear()) return "phase flags set after the eager step";
@@ -314,8 +314,8 @@ std::string hygiene_after(runtime::Session& session, device::Device& dev, int st
 CaseSpec injected_failure(CaseSpec s) {
   s.policy = CheckpointPolicy::Naive;
   s.generator = runtime::GeneratorMode::Host;
-  s.style = runtime::CheckpointStyle::Reentrant;
-  s.warmup_backward = runtime::WarmupBackward::Backward;
+  s.style = training::CheckpointStyle::Reentrant;
+  s.warmup_backward = training::WarmupBackward::Backward;
   if (s.executor == ExecutorKind::Eager) s.executor = ExecutorKind::PerLayer;
   s.layers[0].checkpoint = CheckpointGranularity::Full;
   s.layers[0].modules.clear();
@@ -445,7 +445,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   rep.backend = opts.backend == device::BackendChoice::Cuda ? "cuda" : "sim";
   rep.memory = Json::object();
   rep.timings = Json::object();
-  std::string invalid = runtime::validate(spec);
+  std::string invalid = training::validate(spec);
   if (!invalid.empty()) {
     rep.disposition = Disposition::Skipped;
     rep.checks.push_back(skipped("capture_clean", "invalid case: " + invalid));
@@ -469,7 +469,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
       rep.backend = device::backend_name(dev->backend());
       backend = dev->backend();
       {
-        runtime::Session session(*dev, spec);
+        training::Session session(*dev, spec);
         main = session.run();
         if (main->failure && main->failure->phase == "capture") {
           own_capture_failed = true;
@@ -681,7 +681,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
       auto t0 = std::chrono::steady_clock::now();
       try {
         auto dev = new_device(opts.backend);
-        runtime::Session session(*dev, inj);
+        training::Session session(*dev, inj);
         RunResult ir = session.run();
         if (!ir.failure || ir.failure->phase != "capture") {
           rep.checks.push_back(skipped("hygiene", "the injected capture failure did not happen"));
@@ -704,7 +704,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
 
 Json case_report_to_json(const CaseReport& r) {
   Json j;
-  j["spec"] = Json::parse(runtime::case_to_json(r.spec).dump());
+  j["spec"] = Json::parse(training::case_to_json(r.spec).dump());
   j["backend"] = r.backend;
   j["device"] = r.device_name;
   j["disposition"] = disposition_name(r.disposition);
@@ -718,10 +718,10 @@ Json case_report_to_json(const CaseReport& r) {
       k["divergence"] = {{"step", c.divergence->step},
                          {"microbatch", c.divergence->microbatch},
                          {"tensor", c.divergence->tensor},
-                         {"max_abs_error", runtime::json_number(c.divergence->max_abs_error)},
+                         {"max_abs_error", training::json_number(c.divergence->max_abs_error)},
                          {"max_ulps", c.divergence->max_ulps}};
       if (c.divergence->rel_l2_error) {
-        k["divergence"]["rel_l2_error"] = runtime::json_number(*c.divergence->rel_l2_error);
+        k["divergence"]["rel_l2_error"] = training::json_number(*c.divergence->rel_l2_error);
         k["divergence"]["tolerance"] = c.divergence->tolerance;
       }
     }

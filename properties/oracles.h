@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/device/device.h"
-#include "harness/runtime/spec.h"
+#include "harness/training/spec.h"
 #include "models/check.h"
 
 namespace recap::properties {
@@ -77,7 +77,7 @@ struct OracleOptions {
 };
 
 struct CaseReport {
-  runtime::CaseSpec spec;
+  training::CaseSpec spec;
   std::string backend;      // "sim", "cuda"
   std::string device_name;
   Disposition disposition = Disposition::Passed;  // the worst over the checks
@@ -95,13 +95,13 @@ struct CaseReport {
 // the reference cannot match; bf16 past the tolerance but within models::check::kBf16NoiseFactor
 // of it passes, and evaluate() reports it as a finding), with the worst quantity as the divergence; crashed when the run
 // throws. `tamper` (tests of the oracle): applied to the device results before the comparison.
-CheckResult reference_check(const runtime::CaseSpec& spec, device::Backend backend,
+CheckResult reference_check(const training::CaseSpec& spec, device::Backend backend,
                             const std::function<void(models::check::RunOutput&)>& tamper = {},
                             const models::check::ParamsPerturbation& perturb_reference = {});
 
 // Runs and judges one case. Never throws for a case that validates: an exception inside a run is
 // a `crashed` check with its message.
-CaseReport evaluate(const runtime::CaseSpec& spec, const OracleOptions& opts);
+CaseReport evaluate(const training::CaseSpec& spec, const OracleOptions& opts);
 
 Json case_report_to_json(const CaseReport& r);
 

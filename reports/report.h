@@ -84,7 +84,7 @@ std::string corpus_file_name(const std::string& property, const std::string& dis
 // underscore key: a comment to the case reader). Writes it under `dir` (created when missing) and
 // returns the path; "" and *error on failure.
 struct CorpusEntry {
-  Json case_json;        // runtime::case_to_json of the shrunk case
+  Json case_json;        // training::case_to_json of the shrunk case
   std::string property;  // the first failing property
   std::string disposition;
   std::string error;     // CUDA error name (or error kind) when the failure has one

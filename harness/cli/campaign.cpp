@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "harness/cli/cli.h"
-#include "harness/runtime/executor.h"
+#include "harness/training/executor.h"
 
 extern char** environ;
 
@@ -164,7 +164,7 @@ CampaignResult from_stats(const properties::FuzzStats& s) {
   for (const auto& c : s.reports) r.reports.push_back(reports::explicit_nonfinite(properties::case_report_to_json(c)));
   for (const auto& cx : s.failures) {
     FailureRecord f;
-    f.case_json = runtime::case_to_json(cx.spec);
+    f.case_json = training::case_to_json(cx.spec);
     f.report = reports::explicit_nonfinite(properties::case_report_to_json(cx.report));
     f.property = cx.property;
     f.disposition = disposition_name(cx.report.disposition);
@@ -552,8 +552,8 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   resolve_shard(f.shard, &o.fuzz.shard_index, &o.fuzz.shard_count);
   o.policy = f.policy;
   if (!f.policy.empty()) {
-    runtime::CheckpointPolicy p;
-    runtime::policy_from_name(f.policy, &p);
+    training::CheckpointPolicy p;
+    training::policy_from_name(f.policy, &p);
     o.fuzz.gen.policy = p;
   }
   o.fuzz.oracle.require_memory_savings = f.require_memory_savings;

@@ -21,7 +21,7 @@ namespace recap::cli {
 using OJson = nlohmann::ordered_json;
 
 struct FailureRecord {
-  OJson case_json;          // the shrunk case (runtime::case_to_json)
+  OJson case_json;          // the shrunk case (training::case_to_json)
   OJson report;             // its case report
   std::string property;     // the first failing property
   std::string disposition;  // failed, incorrect, crashed
@@ -86,7 +86,7 @@ struct ReplayOutcome {
 };
 // Replays one case file (already validated into *spec) on `backend`; prints the verdict and, when
 // a check diverged, the step-by-step table of the first divergence. `print` false: quiet.
-ReplayOutcome replay_case(const std::string& path, const runtime::CaseSpec& spec, const std::string& backend,
+ReplayOutcome replay_case(const std::string& path, const training::CaseSpec& spec, const std::string& backend,
                           bool require_memory_savings, bool print);
 
 std::string replay_command(const std::string& path);

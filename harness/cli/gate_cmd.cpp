@@ -8,7 +8,7 @@
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
-#include "harness/runtime/spec.h"
+#include "harness/training/spec.h"
 
 namespace recap::cli {
 namespace {
@@ -33,9 +33,9 @@ int gate(GateArgs a) {
   for (const auto& e : std::filesystem::directory_iterator(a.corpus, ec))
     if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
-  std::vector<runtime::CaseSpec> specs(files.size());
+  std::vector<training::CaseSpec> specs(files.size());
   for (size_t i = 0; i < files.size(); ++i) {
-    std::string err = runtime::read_case_file(files[i], &specs[i]);
+    std::string err = training::read_case_file(files[i], &specs[i]);
     if (!err.empty()) throw UsageError(err);
   }
 

@@ -10,12 +10,12 @@
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
-#include "harness/runtime/executor.h"
-#include "harness/runtime/spec.h"
+#include "harness/training/executor.h"
+#include "harness/training/spec.h"
 
 namespace recap::cli {
 
-using namespace recap::runtime;
+using namespace recap::training;
 using properties::Disposition;
 
 namespace {

@@ -1,4 +1,4 @@
-// recap run SPEC.json: runs one case (harness/runtime/spec.h) and prints, per step, the losses,
+// recap run SPEC.json: runs one case (harness/training/spec.h) and prints, per step, the losses,
 // gradient norms (total and per layer), the RNG ledger's counts and memory by category; a failure
 // (capture error, checkpoint refusal...) as one line naming the checkpoint, the phase and the CUDA
 // error. Exit 0 passed, 1 failed or incorrect, 2 bad input (the spec's one-line error).
@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/cli.h"
-#include "harness/runtime/executor.h"
-#include "harness/runtime/spec.h"
+#include "harness/training/executor.h"
+#include "harness/training/spec.h"
 
 namespace recap::cli {
 namespace {
 
-using namespace recap::runtime;
+using namespace recap::training;
 
 struct RunArgs {
   std::string spec_path;

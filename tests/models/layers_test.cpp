@@ -14,7 +14,7 @@
 
 #include <set>
 
-#include "harness/runtime/checkpoint.h"
+#include "harness/training/checkpoint.h"
 #include "harness/runtime/dropout.h"
 #include "harness/runtime/rng_tracker.h"
 #include "model_check.h"
@@ -121,7 +121,7 @@ TEST(ModelWrap, PassThroughIsBitwiseIdentical) {
 // backward. Gradients must be bitwise equal to the plain run, and every recomputed draw must equal
 // its forward draw. Roles "block", "attn_core", "mlp", "norm" on a 2-block stack, and "block" on
 // the mixed stack (every top-level kind checkpointed: each runs its no-grad forward and recompute).
-void expect_checkpoint_identical(runtime::CheckpointPolicy policy, runtime::GeneratorMode mode, DType dtype) {
+void expect_checkpoint_identical(training::CheckpointPolicy policy, runtime::GeneratorMode mode, DType dtype) {
   const std::string mixed_name = std::string("mixed_") + (dtype == DType::F32 ? "fp32" : "bf16") + "_p10";
   ModelSpec mixed;
   for (const LayerCase& c : layer_cases())
@@ -139,11 +139,11 @@ void expect_checkpoint_identical(runtime::CheckpointPolicy policy, runtime::Gene
     RunOutput plain = run_model(o);
     o.wrap = [policy, only = only](std::unique_ptr<Layer> l, const std::string& role) -> std::unique_ptr<Layer> {
       if (role != only) return l;
-      runtime::CheckpointConfig cfg;
-      cfg.style = runtime::CheckpointStyle::Reentrant;
+      training::CheckpointConfig cfg;
+      cfg.style = training::CheckpointStyle::Reentrant;
       cfg.policy = policy;
       cfg.role = role;
-      return std::make_unique<runtime::Checkpoint>(std::move(l), cfg);
+      return std::make_unique<training::Checkpoint>(std::move(l), cfg);
     };
     RunOutput ck = run_model(o);
     expect_runs_equal(plain, ck, "checkpointed " + only);
@@ -167,11 +167,11 @@ void expect_checkpoint_identical(runtime::CheckpointPolicy policy, runtime::Gene
 }
 
 TEST(ModelCheckpoint, GraphSafePolicyBitwiseIdentical) {
-  expect_checkpoint_identical(runtime::CheckpointPolicy::GraphSafe, runtime::GeneratorMode::GraphSafe, DType::F32);
+  expect_checkpoint_identical(training::CheckpointPolicy::GraphSafe, runtime::GeneratorMode::GraphSafe, DType::F32);
 }
 
 TEST(ModelCheckpoint, NaivePolicyHostGeneratorBitwiseIdentical) {
-  expect_checkpoint_identical(runtime::CheckpointPolicy::Naive, runtime::GeneratorMode::Host, DType::BF16);
+  expect_checkpoint_identical(training::CheckpointPolicy::Naive, runtime::GeneratorMode::Host, DType::BF16);
 }
 
 // ---- Saved, memory categories, no-grad forward -----------------------------------------------------

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "harness/runtime/checkpoint.h"
+#include "harness/training/checkpoint.h"
 #include "model_check.h"
 #include "models/layers.h"
 #include "models/ops.h"
@@ -80,10 +80,10 @@ TEST(GpuModelCheckpoint, GraphSafePolicyBitwiseIdentical) {
     const std::string only = only_c;
     o.wrap = [only](std::unique_ptr<Layer> l, const std::string& role) -> std::unique_ptr<Layer> {
       if (role != only) return l;
-      runtime::CheckpointConfig cfg;
-      cfg.policy = runtime::CheckpointPolicy::GraphSafe;
+      training::CheckpointConfig cfg;
+      cfg.policy = training::CheckpointPolicy::GraphSafe;
       cfg.role = role;
-      return std::make_unique<runtime::Checkpoint>(std::move(l), cfg);
+      return std::make_unique<training::Checkpoint>(std::move(l), cfg);
     };
     expect_runs_equal(plain, run_model(o), "checkpointed " + only);
   }

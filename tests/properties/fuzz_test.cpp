@@ -14,8 +14,8 @@ TEST(FuzzProbe, DISABLED_Throughput) {
   o.seed = 1;
   o.cases = std::getenv("CASES") ? std::atoi(std::getenv("CASES")) : 200;
   if (const char* p = std::getenv("POLICY")) {
-    runtime::CheckpointPolicy pol;
-    ASSERT_TRUE(runtime::policy_from_name(p, &pol));
+    training::CheckpointPolicy pol;
+    ASSERT_TRUE(training::policy_from_name(p, &pol));
     o.gen.policy = pol;
   }
   if (std::getenv("WITHOUT")) {  // WITHOUT=reference: every property but that one (its cost)
@@ -31,7 +31,7 @@ TEST(FuzzProbe, DISABLED_Throughput) {
     std::cout << case_report_to_json(st.reports.back()).dump(1) << "\n";
   for (auto& f : st.failures)
     std::cout << "FAIL " << f.property << " shrinks " << f.shrinks << " " << f.reproduce << "\n  "
-              << f.report.first_failure() << "\n" << runtime::case_to_json(f.spec).dump() << "\n";
+              << f.report.first_failure() << "\n" << training::case_to_json(f.spec).dump() << "\n";
 }
 
 }  // namespace
@@ -54,16 +54,16 @@ TEST(Fuzz, NaiveFindsTheCaptureFailureAndShrinksItToOneLayer) {
   FuzzOptions o;
   o.seed = 1;
   o.cases = 50;
-  o.gen.policy = runtime::CheckpointPolicy::Naive;
+  o.gen.policy = training::CheckpointPolicy::Naive;
   FuzzStats st = fuzz(o);
   ASSERT_EQ(st.failures.size(), 1u);
   EXPECT_LE(st.cases, 50);
   const Counterexample& cx = st.failures[0];
   EXPECT_EQ(cx.property, "capture_clean");
   EXPECT_EQ(cx.spec.model.layers.size(), 1u);
-  EXPECT_NE(cx.spec.layers[0].checkpoint, runtime::CheckpointGranularity::None);
-  EXPECT_NE(cx.spec.executor, runtime::ExecutorKind::Eager);
-  EXPECT_TRUE(cx.spec.executor == runtime::ExecutorKind::FullIteration || cx.spec.layers[0].graphed);
+  EXPECT_NE(cx.spec.layers[0].checkpoint, training::CheckpointGranularity::None);
+  EXPECT_NE(cx.spec.executor, training::ExecutorKind::Eager);
+  EXPECT_TRUE(cx.spec.executor == training::ExecutorKind::FullIteration || cx.spec.layers[0].graphed);
   EXPECT_EQ(cx.report.disposition, Disposition::Failed);
   bool named = false;
   for (const auto& c : cx.report.checks)
@@ -82,7 +82,7 @@ TEST(Fuzz, GraphSafePasses) {
   FuzzOptions o;
   o.seed = 7;
   o.cases = 150;
-  o.gen.policy = runtime::CheckpointPolicy::GraphSafe;
+  o.gen.policy = training::CheckpointPolicy::GraphSafe;
   FuzzStats st = fuzz(o);
   EXPECT_TRUE(st.failures.empty()) << st.failures[0].report.first_failure();
   EXPECT_EQ(st.cases, 150);
@@ -94,7 +94,7 @@ TEST(Fuzz, SkipPassesWithTheMemoryFinding) {
   FuzzOptions o;
   o.seed = 3;
   o.cases = 60;
-  o.gen.policy = runtime::CheckpointPolicy::Skip;
+  o.gen.policy = training::CheckpointPolicy::Skip;
   FuzzStats st = fuzz(o);
   EXPECT_TRUE(st.failures.empty()) << st.failures[0].report.first_failure();
   ASSERT_FALSE(st.findings.empty());
@@ -117,7 +117,7 @@ TEST(Fuzz, SameSeedSameReports) {
   ASSERT_EQ(a.failures.size(), b.failures.size());
   for (size_t i = 0; i < a.failures.size(); ++i) {
     EXPECT_EQ(a.failures[i].reproduce, b.failures[i].reproduce);
-    EXPECT_EQ(runtime::case_to_json(a.failures[i].spec), runtime::case_to_json(b.failures[i].spec));
+    EXPECT_EQ(training::case_to_json(a.failures[i].spec), training::case_to_json(b.failures[i].spec));
   }
 }
 
@@ -125,15 +125,15 @@ TEST(Fuzz, ShardsAreDisjointAndCoverTheCampaign) {
   FuzzOptions o;
   o.seed = 5;
   o.cases = 300;
-  o.gen.policy = runtime::CheckpointPolicy::GraphSafe;
+  o.gen.policy = training::CheckpointPolicy::GraphSafe;
   FuzzStats whole = fuzz(o);
   std::vector<std::string> all, parts;
-  for (const auto& r : whole.reports) all.push_back(runtime::case_to_json(r.spec).dump());
+  for (const auto& r : whole.reports) all.push_back(training::case_to_json(r.spec).dump());
   o.shard_count = 2;
   for (int i = 0; i < 2; ++i) {
     o.shard_index = i;
     FuzzStats s = fuzz(o);
-    for (const auto& r : s.reports) parts.push_back(runtime::case_to_json(r.spec).dump());
+    for (const auto& r : s.reports) parts.push_back(training::case_to_json(r.spec).dump());
   }
   std::sort(all.begin(), all.end());
   std::sort(parts.begin(), parts.end());
@@ -144,7 +144,7 @@ TEST(Fuzz, ClassificationAndProgress) {
   FuzzOptions o;
   o.seed = 2;
   o.cases = 100;
-  o.gen.policy = runtime::CheckpointPolicy::GraphSafe;
+  o.gen.policy = training::CheckpointPolicy::GraphSafe;
   int calls = 0, last = 0;
   FuzzStats st = fuzz(o, [&](const Progress& p) {
     ++calls;
@@ -165,7 +165,7 @@ TEST(Fuzz, TimeBudgetStopsTheCampaign) {
   o.seed = 4;
   o.cases = 100000;
   o.time_budget_s = 0.5;
-  o.gen.policy = runtime::CheckpointPolicy::GraphSafe;
+  o.gen.policy = training::CheckpointPolicy::GraphSafe;
   FuzzStats st = fuzz(o);
   EXPECT_LT(st.cases, 100000);
   EXPECT_LT(st.seconds, 10.0);

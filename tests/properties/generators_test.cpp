@@ -10,7 +10,7 @@ namespace {
 
 RC_GTEST_PROP(Generators, CasesValidate, ()) {
   const auto spec = *gen_case({});
-  RC_ASSERT(runtime::validate(spec) == "");
+  RC_ASSERT(training::validate(spec) == "");
   RC_ASSERT(spec.model.layers.size() >= 1u);
   RC_ASSERT(spec.model.layers.size() <= 8u);
   RC_ASSERT(spec.model.hidden >= 8 && spec.model.hidden <= 64);
@@ -21,14 +21,14 @@ RC_GTEST_PROP(Generators, CasesValidate, ()) {
 }
 
 RC_GTEST_PROP(Generators, FixedPolicyIsKept, ()) {
-  const auto p = *rc::gen::element(runtime::CheckpointPolicy::Naive, runtime::CheckpointPolicy::Skip,
-                                   runtime::CheckpointPolicy::GraphSafe);
+  const auto p = *rc::gen::element(training::CheckpointPolicy::Naive, training::CheckpointPolicy::Skip,
+                                   training::CheckpointPolicy::GraphSafe);
   GenConfig g;
   g.policy = p;
   const auto spec = *gen_case(g);
   RC_ASSERT(spec.policy == p);
-  RC_ASSERT(runtime::validate(spec) == "");
-  if (p != runtime::CheckpointPolicy::Naive && spec.executor != runtime::ExecutorKind::Eager)
+  RC_ASSERT(training::validate(spec) == "");
+  if (p != training::CheckpointPolicy::Naive && spec.executor != training::ExecutorKind::Eager)
     RC_ASSERT(spec.generator == runtime::GeneratorMode::GraphSafe);
 }
 
@@ -36,7 +36,7 @@ RC_GTEST_PROP(Generators, CudaCasesValidate, ()) {
   GenConfig g;
   g.backend = device::Backend::Cuda;
   const auto spec = *gen_case(g);
-  RC_ASSERT(runtime::validate(spec) == "");
+  RC_ASSERT(training::validate(spec) == "");
   RC_ASSERT(spec.model.hidden >= 64);
 }
 
@@ -48,7 +48,7 @@ TEST(Generators, Coverage) {
   auto g = gen_case({});
   for (int i = 0; i < n; ++i) {
     auto spec = g(rc::Random(static_cast<uint64_t>(i) * 7919 + 1), rc::kNominalSize).value();
-    ASSERT_EQ(runtime::validate(spec), "");
+    ASSERT_EQ(training::validate(spec), "");
     for (const auto& l : classify(spec)) seen[l]++;
   }
   for (const char* k : {"linear", "layernorm", "rmsnorm", "gelu", "swiglu", "dropout", "attention", "mlp", "block"})
@@ -80,10 +80,10 @@ TEST(Generators, ShrinksTowardTheSmallestCase) {
   EXPECT_EQ(s.warmup, 0);
   EXPECT_EQ(s.replays, 1);
   EXPECT_EQ(s.microbatches, 1);
-  EXPECT_EQ(s.layers[0].checkpoint, runtime::CheckpointGranularity::None);
+  EXPECT_EQ(s.layers[0].checkpoint, training::CheckpointGranularity::None);
   EXPECT_FALSE(s.layers[0].graphed);
   EXPECT_EQ(s.model.dtype, models::DType::F32);
-  EXPECT_EQ(s.executor, runtime::ExecutorKind::Eager);
+  EXPECT_EQ(s.executor, training::ExecutorKind::Eager);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 namespace recap::properties {
 namespace {
 
-using runtime::CheckpointPolicy;
+using training::CheckpointPolicy;
 
 // Judges only `property` on a case drawn with a capture-safe policy; the check must not fail.
 void holds(const std::string& property, CheckpointPolicy policy = CheckpointPolicy::GraphSafe) {
@@ -47,8 +47,8 @@ RC_GTEST_PROP(Oracles, SkipIsCorrect, ()) {
   RC_ASSERT(r.disposition == Disposition::Passed);
 }
 
-runtime::CaseSpec one_layer(const std::string& kind, CheckpointPolicy policy, runtime::ExecutorKind ex) {
-  runtime::CaseSpec s;
+training::CaseSpec one_layer(const std::string& kind, CheckpointPolicy policy, training::ExecutorKind ex) {
+  training::CaseSpec s;
   s.model.hidden = 8;
   s.model.tokens = 4;
   models::LayerSpec l;
@@ -58,8 +58,8 @@ runtime::CaseSpec one_layer(const std::string& kind, CheckpointPolicy policy, ru
   l.dropout = kind == "block" || kind == "dropout" ? 0.1f : 0.0f;
   for (int i = 0; i < 3; ++i) {
     s.model.layers.push_back(l);
-    runtime::LayerFlags f;
-    f.checkpoint = runtime::CheckpointGranularity::Full;
+    training::LayerFlags f;
+    f.checkpoint = training::CheckpointGranularity::Full;
     s.layers.push_back(f);
   }
   s.policy = policy;
@@ -76,7 +76,7 @@ const CheckResult& check(const CaseReport& r, const std::string& p) {
 }
 
 TEST(Evaluate, NaiveCaptureFailureNamesApiAndError) {
-  auto s = one_layer("block", CheckpointPolicy::Naive, runtime::ExecutorKind::PerLayer);
+  auto s = one_layer("block", CheckpointPolicy::Naive, training::ExecutorKind::PerLayer);
   s.generator = runtime::GeneratorMode::Host;
   CaseReport r = evaluate(s, {});
   EXPECT_EQ(r.disposition, Disposition::Failed);
@@ -90,7 +90,7 @@ TEST(Evaluate, NaiveCaptureFailureNamesApiAndError) {
 }
 
 TEST(Evaluate, NaiveGraphSafeGeneratorGivesTheFirstDivergence) {
-  auto s = one_layer("block", CheckpointPolicy::Naive, runtime::ExecutorKind::Eager);
+  auto s = one_layer("block", CheckpointPolicy::Naive, training::ExecutorKind::Eager);
   CaseReport r = evaluate(s, {});
   EXPECT_EQ(r.disposition, Disposition::Incorrect);
   const auto& c = check(r, "recompute_on_off");
@@ -104,7 +104,7 @@ TEST(Evaluate, NaiveGraphSafeGeneratorGivesTheFirstDivergence) {
 }
 
 TEST(Evaluate, SkipLosesTheSavingAsAFindingWithBytes) {
-  auto s = one_layer("block", CheckpointPolicy::Skip, runtime::ExecutorKind::PerLayer);
+  auto s = one_layer("block", CheckpointPolicy::Skip, training::ExecutorKind::PerLayer);
   for (auto& l : s.model.layers) l.dropout = 0.0f;
   CaseReport r = evaluate(s, {});
   EXPECT_EQ(r.disposition, Disposition::Passed) << r.first_failure();
@@ -120,14 +120,14 @@ TEST(Evaluate, SkipLosesTheSavingAsAFindingWithBytes) {
 }
 
 TEST(Evaluate, GraphSafeSavesMemoryInsideGraphs) {
-  auto s = one_layer("block", CheckpointPolicy::GraphSafe, runtime::ExecutorKind::PerLayer);
+  auto s = one_layer("block", CheckpointPolicy::GraphSafe, training::ExecutorKind::PerLayer);
   CaseReport r = evaluate(s, {});
   EXPECT_EQ(r.disposition, Disposition::Passed) << r.first_failure();
   EXPECT_GT(r.memory.value("saved_in_graphs", 0), 0) << r.memory.dump();
 }
 
 TEST(Evaluate, IsDeterministic) {
-  auto s = one_layer("block", CheckpointPolicy::GraphSafe, runtime::ExecutorKind::FullIteration);
+  auto s = one_layer("block", CheckpointPolicy::GraphSafe, training::ExecutorKind::FullIteration);
   Json a = case_report_to_json(evaluate(s, {}));
   Json b = case_report_to_json(evaluate(s, {}));
   a.erase("timings");
@@ -136,7 +136,7 @@ TEST(Evaluate, IsDeterministic) {
 }
 
 TEST(Evaluate, InvalidCaseIsSkippedNotThrown) {
-  auto s = one_layer("block", CheckpointPolicy::GraphSafe, runtime::ExecutorKind::Eager);
+  auto s = one_layer("block", CheckpointPolicy::GraphSafe, training::ExecutorKind::Eager);
   s.model.hidden = 7;  // not divisible by heads 2
   CaseReport r = evaluate(s, {});
   EXPECT_EQ(r.disposition, Disposition::Skipped);
@@ -144,8 +144,8 @@ TEST(Evaluate, InvalidCaseIsSkippedNotThrown) {
 
 // ---- reference -----------------------------------------------------------------------------------
 
-runtime::CaseSpec lone(const std::string& kind, models::DType dtype, float dropout = 0.0f) {
-  runtime::CaseSpec s;
+training::CaseSpec lone(const std::string& kind, models::DType dtype, float dropout = 0.0f) {
+  training::CaseSpec s;
   s.model.hidden = 16;
   s.model.tokens = 8;
   s.model.dtype = dtype;
@@ -160,7 +160,7 @@ runtime::CaseSpec lone(const std::string& kind, models::DType dtype, float dropo
 }
 
 TEST(Reference, PassesWithTheWorstQuantityAsTheDivergence) {
-  auto s = one_layer("block", CheckpointPolicy::GraphSafe, runtime::ExecutorKind::PerLayer);
+  auto s = one_layer("block", CheckpointPolicy::GraphSafe, training::ExecutorKind::PerLayer);
   CaseReport r = evaluate(s, {});
   EXPECT_EQ(r.disposition, Disposition::Passed) << r.first_failure();
   const auto& c = check(r, "reference");
@@ -210,7 +210,7 @@ TEST(Reference, BoundsItsCostByCheckingFewerTokens) {
 }
 
 TEST(Reference, PlantedWrongGradientIsIncorrectAndNamed) {
-  auto s = one_layer("block", CheckpointPolicy::GraphSafe, runtime::ExecutorKind::Eager);
+  auto s = one_layer("block", CheckpointPolicy::GraphSafe, training::ExecutorKind::Eager);
   std::string planted;
   // A 1e-4 relative error in one gradient: ten times the fp32 tolerance, far below what the
   // bitwise oracles could see (they compare the case with itself).
@@ -315,13 +315,13 @@ TEST(ReferenceProbe, DISABLED_Margins) {
   std::map<std::string, int> count;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) {
-    runtime::CaseSpec s = gen_case(GenConfig{})(rc::Random(static_cast<uint64_t>(i) * 7919 + 1), rc::kNominalSize).value();
+    training::CaseSpec s = gen_case(GenConfig{})(rc::Random(static_cast<uint64_t>(i) * 7919 + 1), rc::kNominalSize).value();
     CheckResult c = reference_check(s, device::Backend::Sim);
     const std::string dt = s.model.dtype == models::DType::BF16 ? "bf16" : "fp32";
     const std::string key = dt + (s.model.layers.size() == 1 ? " 1 layer" : " stack");
     ++count[key];
     double ratio = c.divergence ? *c.divergence->rel_l2_error / c.divergence->tolerance : INFINITY;
-    if (c.disposition != Disposition::Passed) std::cout << "NOT PASSED " << c.reason << "\n" << runtime::case_to_json(s).dump() << "\n";
+    if (c.disposition != Disposition::Passed) std::cout << "NOT PASSED " << c.reason << "\n" << training::case_to_json(s).dump() << "\n";
     if (ratio > worst[key]) {
       worst[key] = ratio;
       worst_case[key] = c.divergence ? c.divergence->describe() : c.reason;

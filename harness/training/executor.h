@@ -1,0 +1,140 @@
+// Executors: how a case's training steps run.
+//
+//  eager           every step eagerly on one stream.
+//  per-layer       TransformerEngine's make_graphed_callables / Megatron's per-layer graphs: the
+//                  graphed layers (LayerFlags::graphed) get a forward graph per (layer,
+//                  microbatch), captured in `order` (layers ascending), and a backward graph per
+//                  (layer, microbatch), captured at the matching -1 of `order` (layers
+//                  descending). Steps 0 .. warmup-1 are real training steps run eagerly on a side
+//                  stream, with is_graph_warmup set around the graphed layers' calls and their
+//                  backward in `warmup_backward` style; then every graph is captured on a capture
+//                  stream with is_graph_capturing set (the backward graphs in `warmup_backward`
+//                  style too, as Megatron builds them with torch.autograd.grad); later steps
+//                  replay: fresh inputs and output gradients are copied into each graph's static
+//                  buffers, the RNG tracker's replay prologue runs for each graph, the graphs are
+//                  launched in `order` with the ungraphed layers run eagerly between them. Graphs
+//                  share one memory pool (shared_pool) or get one each. A replay out of record
+//                  order is refused (ReplayOrderError, bug class 12). The WithoutOutput protocol
+//                  (checkpoint.h) runs only between two ungraphed layers: a graphed consumer saves
+//                  its own static input (a copy), and the producer's output is a static graph
+//                  output that lives as long as the graph, so there is nothing to drop.
+//  full-iteration  steps 0 .. warmup-1 eagerly on a side stream, then one graph of a whole step's
+//                  forwards and backwards for every microbatch (losses and per-microbatch gradient
+//                  copies included; zeroing the gradients and the SGD update stay outside), then
+//                  one replay per step. As in Megatron, full-iteration graphs set neither phase
+//                  flag (reference/recompute-and-rng.md), so `skip` does not bypass anything there.
+//
+// RNG across warmup and capture: warmup steps are real steps and consume the generators as eager
+// steps do; the generator states are saved before capture and restored after it (as
+// TransformerEngine does), so the first replay draws exactly what eager step `warmup` draws.
+//
+// Failures while warming up, capturing or replaying are caught and reported as a RunFailure; a
+// capture that fails is ended on its origin stream (so no stream stays capturing), the generators'
+// capture registration is undone, their states restored, the checkpoints' pending records dropped,
+// and the phase flags are reset by their scopes: an eager step still works afterwards.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness/training/train.h"
+
+namespace recap::training {
+
+struct ReplayOrderError : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+struct RunResult {
+  CaseSpec spec;
+  std::string backend;      // "sim", "cuda"
+  std::string device_name;  // "sim", "NVIDIA H200"
+  std::vector<std::string> layer_names;
+  std::vector<std::string> param_names;
+  std::vector<int> param_layer;  // top-level layer of each parameter
+  std::vector<StepRecord> steps;
+  std::optional<RunFailure> failure;
+  bool captured = false;           // graphs were created
+  int graphs = 0;                  // how many
+  double capture_ms = 0.0;
+  MemorySnapshot capture_memory;   // peaks over the capture (what the graphs hold at replay)
+  std::string ledger_summary;
+  size_t recompute_mismatches = 0;  // RNG ledger: recomputed draws that differ from their forward
+  size_t reused_masks = 0;          // RNG ledger: forward draws repeated across steps
+  bool ok() const { return !failure.has_value(); }
+};
+
+class Executor {
+ public:
+  explicit Executor(Trainer& t) : t_(t) {}
+  virtual ~Executor() = default;
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+  // Runs every step of the case into `out` (steps, failure, capture figures).
+  virtual void run(RunResult& out) = 0;
+
+ protected:
+  Trainer& t_;
+};
+
+std::unique_ptr<Executor> make_executor(Trainer& t);
+
+// One case: its trainer and executor.
+class Session {
+ public:
+  // Throws std::invalid_argument for a case that does not validate, DeviceError when the device
+  // refuses the setup.
+  Session(device::Device& dev, const CaseSpec& spec);
+  ~Session();
+
+  RunResult run();
+  // One more eager training step on the main stream (e.g. after a failed capture).
+  StepRecord eager_step(int step);
+  Trainer& trainer() { return *trainer_; }
+  Executor& executor() { return *executor_; }
+
+ private:
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<Executor> executor_;
+};
+
+RunResult run_case(device::Device& dev, const CaseSpec& spec);
+
+// ---- reading a result ------------------------------------------------------------------------
+
+// passed: ran through, and nothing the run can see by itself is wrong; failed: an error was
+// raised (capture failure, refusal...); incorrect: it ran but the RNG ledger shows a recomputed
+// draw different from its forward draw or a forward mask reused across steps, or a loss or
+// gradient is not finite. (Comparisons with other runs are the oracles' business.)
+struct Verdict {
+  std::string disposition;  // "passed", "failed", "incorrect"
+  std::string reason;       // one line, empty when passed
+};
+Verdict verdict(const RunResult& r);
+
+// Gradient norms of a step: total and per top-level layer (L2, accumulated in double).
+struct GradNorms {
+  double total = 0.0;
+  std::vector<double> per_layer;
+};
+GradNorms grad_norms(const RunResult& r, const StepRecord& s);
+
+// FNV-1a 64 of the bits of a list of float vectors (gradients, parameters): equal digests for
+// bitwise equal values.
+uint64_t digest(const std::vector<std::vector<float>>& v);
+
+// The result as JSON (schema "recap.run/1"): spec, backend, verdict, failure, capture figures,
+// and per step: losses, gradient norms, digests, ledger counts, memory by category, time.
+// Non-finite numbers are written as the strings "nan", "inf", "-inf".
+Json run_result_to_json(const RunResult& r);
+// A double as JSON, non-finite values as the strings "nan", "inf", "-inf" (nlohmann writes null).
+Json json_number(double v);
+
+// The per-layer executor's own interface, for tests: replay one captured graph (its prologue and
+// launch on the main stream), refused with ReplayOrderError when it is not the next in record order.
+void replay_one_graph(Executor& e, size_t layer, int microbatch, bool forward);
+
+}  // namespace recap::training

@@ -1,0 +1,159 @@
+// Reading a RunResult: verdict, gradient norms, digests, JSON (executor.h).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "harness/training/executor.h"
+
+namespace recap::training {
+
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool all_finite(const std::vector<std::vector<float>>& v) {
+  for (const auto& x : v)
+    for (float f : x)
+      if (!std::isfinite(f)) return false;
+  return true;
+}
+
+Json memory_json(const MemorySnapshot& m) {
+  Json cats = Json::object();
+  for (int c = 0; c < device::kNumCategories; ++c) {
+    auto cat = static_cast<device::MemCategory>(c);
+    const auto& a = m.allocator.tensors[c];
+    const auto& d = m.device.by_category[c];
+    cats[device::category_name(cat)] = {{"tensors_live", a.live_bytes},
+                                        {"tensors_peak", a.peak_bytes},
+                                        {"device_live", d.live_bytes},
+                                        {"device_peak", d.peak_bytes}};
+  }
+  return {{"categories", cats},
+          {"tensors_live", m.allocator.tensor_live_bytes},
+          {"tensors_peak", m.allocator.tensor_peak_bytes},
+          {"pool_reserved", m.allocator.pool_reserved_bytes},
+          {"pool_peak_reserved", m.allocator.pool_peak_reserved_bytes},
+          {"device_live", m.device.live_bytes},
+          {"device_peak", m.device.peak_bytes}};
+}
+
+}  // namespace
+
+Verdict verdict(const RunResult& r) {
+  if (r.failure) return {"failed", r.failure->line()};
+  if (r.recompute_mismatches > 0)
+    return {"incorrect", std::to_string(r.recompute_mismatches) +
+                             " recomputed draws differ from their forward draws (RNG ledger): recompute drew other "
+                             "dropout masks than the forward"};
+  if (r.reused_masks > 0)
+    return {"incorrect",
+            std::to_string(r.reused_masks) + " forward draws reuse another step's (seed, offset) (RNG ledger)"};
+  for (const StepRecord& s : r.steps) {
+    for (const MicrobatchRecord& m : s.microbatches)
+      if (!std::isfinite(m.loss))
+        return {"incorrect", "step " + std::to_string(s.step) + " microbatch " + std::to_string(m.microbatch) +
+                                 ": loss is not finite"};
+    if (!all_finite(s.grads)) return {"incorrect", "step " + std::to_string(s.step) + ": a gradient is not finite"};
+  }
+  return {"passed", ""};
+}
+
+GradNorms grad_norms(const RunResult& r, const StepRecord& s) {
+  GradNorms n;
+  n.per_layer.assign(r.layer_names.size(), 0.0);
+  double total = 0.0;
+  for (size_t i = 0; i < s.grads.size(); ++i) {
+    double sum = 0.0;
+    for (float g : s.grads[i]) sum += static_cast<double>(g) * g;
+    total += sum;
+    int l = i < r.param_layer.size() ? r.param_layer[i] : -1;
+    if (l >= 0 && static_cast<size_t>(l) < n.per_layer.size()) n.per_layer[l] += sum;
+  }
+  n.total = std::sqrt(total);
+  for (double& x : n.per_layer) x = std::sqrt(x);
+  return n;
+}
+
+uint64_t digest(const std::vector<std::vector<float>>& v) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint32_t w) {
+    for (int b = 0; b < 4; ++b) {
+      h ^= (w >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const auto& x : v) {
+    mix(static_cast<uint32_t>(x.size()));
+    for (float f : x) {
+      uint32_t w;
+      std::memcpy(&w, &f, sizeof w);
+      mix(w);
+    }
+  }
+  return h;
+}
+
+Json json_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+Json run_result_to_json(const RunResult& r) {
+  Verdict v = verdict(r);
+  Json j;
+  j["schema"] = "recap.run/1";
+  j["backend"] = r.backend;
+  j["device"] = r.device_name;
+  j["spec"] = case_to_json(r.spec);
+  j["disposition"] = v.disposition;
+  j["reason"] = v.reason;
+  if (r.failure) {
+    const RunFailure& f = *r.failure;
+    j["failure"] = {{"phase", f.phase}, {"pass", f.pass},   {"layer", f.layer},     {"microbatch", f.microbatch},
+                    {"step", f.step},   {"api", f.api},     {"error", f.error},     {"message", f.message},
+                    {"line", f.line()}};
+  } else {
+    j["failure"] = nullptr;
+  }
+  j["capture"] = {{"captured", r.captured},
+                  {"graphs", r.graphs},
+                  {"ms", json_number(r.capture_ms)},
+                  {"memory", memory_json(r.capture_memory)}};
+  j["ledger"] = {{"summary", r.ledger_summary},
+                 {"recompute_mismatches", r.recompute_mismatches},
+                 {"reused", r.reused_masks}};
+  j["layers"] = r.layer_names;
+  Json steps = Json::array();
+  for (const StepRecord& s : r.steps) {
+    Json st;
+    st["step"] = s.step;
+    st["phase"] = s.phase;
+    Json losses = Json::array();
+    for (const auto& m : s.microbatches) losses.push_back(json_number(m.loss));
+    st["losses"] = losses;
+    GradNorms n = grad_norms(r, s);
+    Json per = Json::object();
+    for (size_t l = 0; l < n.per_layer.size(); ++l) per[r.layer_names[l]] = json_number(n.per_layer[l]);
+    st["grad_norm"] = {{"total", json_number(n.total)}, {"layers", per}};
+    st["grad_digest"] = hex64(digest(s.grads));
+    Json mbd = Json::array();
+    for (const auto& m : s.microbatches) mbd.push_back(hex64(digest(m.grads)));
+    st["microbatch_grad_digests"] = mbd;
+    st["param_digest"] = hex64(digest(s.params));
+    LedgerCounts lc = count_ledger(s.ledger);
+    st["ledger"] = {{"draws", lc.draws}, {"forward", lc.forward}, {"recompute", lc.recompute}, {"mismatches", lc.mismatches}};
+    st["memory"] = memory_json(s.memory);
+    st["ms"] = json_number(s.ms);
+    steps.push_back(st);
+  }
+  j["steps"] = steps;
+  return j;
+}
+
+}  // namespace recap::training

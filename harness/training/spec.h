@@ -1,0 +1,125 @@
+// A recap case: everything one training run needs (the model, per-layer checkpoint and capture
+// flags, the checkpoint style and policy, the executor, phases, microbatches and their order, the
+// generator, seeds), with its JSON form. A case is independent of RapidCheck's random stream, so a
+// corpus file survives generator changes (DESIGN.md, "Corpus and reproduction").
+//
+// JSON (schema "recap.case/1"; every field but `layers` has a default):
+//   {
+//     "schema": "recap.case/1", "name": "...", "description": "...",
+//     "hidden": 16, "tokens": 8, "dtype": "fp32",
+//     "layers": [ {"kind": "block", "heads": 2, "ffn_hidden": 0, "dropout": 0.1,
+//                  "checkpoint": "full" | "none" | "selective",
+//                  "checkpoint_modules": ["attn_core", "mlp", "norm"],   (selective only)
+//                  "graphed": true}, ... ],
+//     "checkpoint_style": "reentrant" | "without-output",
+//     "policy": "naive" | "skip" | "graph-safe",
+//     "executor": "eager" | "per-layer" | "full-iteration",
+//     "warmup": 0..3, "replays": 0..1000,
+//     "microbatches": 1..16, "microbatch_order": [1, 1, -1, -1],
+//     "generator": "host" | "graph-safe", "device_state": "shared" | "per-capture",
+//     "warmup_backward": "backward" | "grad-of-inputs",
+//     "shared_pool": true,
+//     "seeds": {"param": 1, "data": 2, "rng": 3},
+//     "lr": 0.05,
+//     "expected": <any JSON, kept as is for the corpus>
+//   }
+// Keys starting with '_' are comments and ignored; any other unknown key is an error (a typo must
+// not silently change a case).
+//
+// Steps: every executor runs `warmup + replays` training steps, numbered from 0, so that runs
+// line up step for step. Graphed executors run steps 0 .. warmup-1 eagerly as warmup, capture
+// between step warmup-1 and step warmup (the capture executes nothing), and replay steps
+// warmup .. warmup+replays-1. The eager executor runs them all eagerly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/runtime/generator.h"
+#include "models/model.h"
+
+namespace recap::training {
+
+// Training is written in terms of the runtime's types (Tensor, Ctx, GeneratorMode, ...): the
+// runtime is the layer below, so its names are visible here unqualified.
+using namespace recap::runtime;
+
+using Json = nlohmann::ordered_json;
+
+enum class CheckpointGranularity { None, Full, Selective };
+enum class CheckpointStyle { Reentrant, WithoutOutput };
+enum class CheckpointPolicy { Naive, Skip, GraphSafe };
+enum class ExecutorKind { Eager, PerLayer, FullIteration };
+enum class WarmupBackward { Backward, GradOfInputs };
+
+std::string granularity_name(CheckpointGranularity g);  // "none", "full", "selective"
+std::string style_name(CheckpointStyle s);              // "reentrant", "without-output"
+std::string policy_name(CheckpointPolicy p);            // "naive", "skip", "graph-safe"
+std::string executor_name(ExecutorKind e);              // "eager", "per-layer", "full-iteration"
+std::string warmup_backward_name(WarmupBackward w);     // "backward", "grad-of-inputs"
+bool granularity_from_name(const std::string& s, CheckpointGranularity* out);
+bool style_from_name(const std::string& s, CheckpointStyle* out);
+bool policy_from_name(const std::string& s, CheckpointPolicy* out);
+bool executor_from_name(const std::string& s, ExecutorKind* out);
+bool warmup_backward_from_name(const std::string& s, WarmupBackward* out);
+
+// Sub-module roles a selective checkpoint may name (models::WrapFn roles, "block" excepted).
+const std::vector<std::string>& selective_roles();  // attn_core, mlp, norm
+
+// The per-layer flags that are not part of the model itself.
+struct LayerFlags {
+  CheckpointGranularity checkpoint = CheckpointGranularity::None;
+  std::vector<std::string> modules;  // Selective: the roles to checkpoint
+  bool graphed = true;               // per-layer executor: whether this layer is captured
+};
+
+struct CaseSpec {
+  std::string name;
+  std::string description;
+  models::ModelSpec model;
+  std::vector<LayerFlags> layers;  // parallel to model.layers
+
+  CheckpointStyle style = CheckpointStyle::Reentrant;
+  CheckpointPolicy policy = CheckpointPolicy::GraphSafe;
+  ExecutorKind executor = ExecutorKind::Eager;
+  int warmup = 1;
+  int replays = 3;
+  int microbatches = 1;
+  // TransformerEngine's `_order` for one model chunk: +1 a forward, -1 a backward. The k-th +1 is
+  // the forward of microbatch k, the k-th -1 the backward of microbatch k. Empty: [1, -1] per
+  // microbatch.
+  std::vector<int> order;
+  GeneratorMode generator = GeneratorMode::GraphSafe;
+  DeviceStateModel device_state = DeviceStateModel::Shared;
+  WarmupBackward warmup_backward = WarmupBackward::Backward;
+  bool shared_pool = true;
+  uint64_t param_seed = 1;
+  uint64_t data_seed = 2;
+  uint64_t rng_seed = 3;
+  float lr = 0.05f;
+  Json expected;  // null when absent
+
+  int steps() const { return warmup + replays; }
+  // `order`, or the default when empty.
+  std::vector<int> effective_order() const;
+  bool any_checkpoint() const;
+};
+
+// Returns "" or one line naming the field and the problem:
+//   "layers[2].kind: unknown layer kind 'conv'"
+//   "microbatch_order: 3 forwards but 2 backwards"
+//   "hidden must be in [1, 4096], got -3"
+std::string validate(const CaseSpec& spec);
+
+// JSON in/out. from_json fills *out and returns "" or a one-line error (type errors, unknown
+// fields, unknown names, then validate()).
+std::string case_from_json(const Json& j, CaseSpec* out);
+Json case_to_json(const CaseSpec& spec);
+// Reads and validates a case file; returns "" or one line: "cannot open 'x.json': No such file
+// or directory", "x.json: malformed JSON at byte 17: ...", "x.json: layers[0].kind: ...".
+std::string read_case_file(const std::string& path, CaseSpec* out);
+
+}  // namespace recap::training

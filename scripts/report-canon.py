@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""Prints a recap report without what may differ between two runs of the same seed: the run
+context, timings, throughput and where files were written. Two campaigns with the same seed must
+print the same bytes (README, "Reports"): `diff <(scripts/report-canon.py a.json) <(scripts/report-canon.py b.json)`."""
+import json
+import sys
+
+
+def canon(report):
+    report.pop("context", None)
+    summary = report.get("summary", {})
+    for key in ("seconds", "cases_per_minute"):
+        summary.pop(key, None)
+    for failure in summary.get("failures", []):
+        failure.pop("corpus_file", None)
+        failure.pop("replay_command", None)
+    for case in report.get("cases", []) + report.get("replays", []):
+        case.pop("timings", None)
+        case.pop("seconds", None)
+        case.get("report", {}).pop("timings", None)
+    return report
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: scripts/report-canon.py REPORT.json")
+    with open(sys.argv[1]) as f:
+        print(json.dumps(canon(json.load(f)), indent=1))
