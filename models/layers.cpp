@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "harness/base/hash.h"
 #include "harness/runtime/dropout.h"
 #include "harness/runtime/philox.h"
 
@@ -125,15 +126,6 @@ void launch_dropout_mask(Ctx& ctx, const std::string& op, const Tensor& mask, ui
   m.p = p;
   m.record = d.record;
   ctx.launch(ops::dropout_mask(m));
-}
-
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 std::string join(const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; }

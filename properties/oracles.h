@@ -1,4 +1,4 @@
-// The oracles (DESIGN.md, "Properties and oracles"): what recap demands of a case. evaluate() runs
+// The oracles (docs/DESIGN.md, "Oracles"): what recap demands of a case. evaluate() runs
 // the case and whatever references its properties need (the eager run of the same case, the same
 // case without recompute, the fp64 reference of each layer), then judges it.
 //
@@ -10,15 +10,12 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "harness/base/json.h"
 #include "harness/device/device.h"
 #include "harness/training/spec.h"
 #include "models/check.h"
 
 namespace recap::properties {
-
-using Json = nlohmann::json;
 
 // Dispositions, as CUTLASS names them.
 enum class Disposition { Passed, Failed, Incorrect, Crashed, Skipped };
@@ -27,7 +24,7 @@ bool disposition_from_name(const std::string& s, Disposition* out);
 // The worse of two (crashed > failed > incorrect > passed > skipped).
 Disposition worse(Disposition a, Disposition b);
 
-// The property names, in the order they are checked.
+// The property names, in the order they are checked (from the registry, properties/oracles/).
 //   capture_clean     a capture-safe configuration raises no capture error (naive's is reported
 //                     with the failing API and CUDA error name)
 //   eager_vs_graphed  loss, gradients, parameters bitwise equal to the eager run at every step
@@ -42,6 +39,8 @@ Disposition worse(Disposition a, Disposition b);
 //   hygiene           after an injected capture failure, flags and streams are clean and the
 //                     next step works
 const std::vector<std::string>& property_names();
+// "" when every name is a property, else one line naming the first that is not.
+std::string unknown_property(const std::vector<std::string>& selected);
 
 // Where two runs first differ; for `reference`, the worst quantity against the fp64 reference.
 struct Divergence {
@@ -103,6 +102,8 @@ CheckResult reference_check(const training::CaseSpec& spec, device::Backend back
 // a `crashed` check with its message.
 CaseReport evaluate(const training::CaseSpec& spec, const OracleOptions& opts);
 
+// The case report as written in reports: keys sorted at every level (sorted_keys), non-finite
+// numbers as strings.
 Json case_report_to_json(const CaseReport& r);
 
 }  // namespace recap::properties

@@ -1,5 +1,7 @@
 #include "reports/report.h"
 
+#include "harness/base/hash.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@ Json context_to_json(const RunContext& c) {
   j["device"] = c.device;
   j["seed"] = c.seed;
   j["policy"] = c.policy.empty() ? Json(nullptr) : Json(c.policy);
+  j["properties"] = c.properties;
   j["cases_requested"] = c.cases_requested;
   j["jobs"] = c.jobs;
   j["shard"] = c.shard;
@@ -72,16 +75,7 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-std::string content_hash_hex(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
+std::string content_hash_hex(const std::string& s) { return hex64(fnv1a64(s)); }
 
 std::string canonical_case_text(const Json& case_json) {
   Json c = case_json;

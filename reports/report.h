@@ -10,44 +10,11 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "harness/base/json.h"
 
 namespace recap::reports {
 
-using Json = nlohmann::ordered_json;
-
 constexpr const char* kReportSchema = "recap.report/1";
-
-// Converts any nlohmann JSON (plain or ordered) to ordered JSON, replacing every non-finite
-// floating-point number by the string "nan", "inf" or "-inf" (nlohmann would write null). The
-// schema says so.
-template <class J>
-Json explicit_nonfinite(const J& j) {
-  switch (j.type()) {
-    case nlohmann::json::value_t::object: {
-      Json o = Json::object();
-      for (auto it = j.begin(); it != j.end(); ++it) o[it.key()] = explicit_nonfinite(it.value());
-      return o;
-    }
-    case nlohmann::json::value_t::array: {
-      Json a = Json::array();
-      for (const auto& v : j) a.push_back(explicit_nonfinite(v));
-      return a;
-    }
-    case nlohmann::json::value_t::number_float: {
-      double d = j.template get<double>();
-      if (d != d) return "nan";
-      if (d == std::numeric_limits<double>::infinity()) return "inf";
-      if (d == -std::numeric_limits<double>::infinity()) return "-inf";
-      return d;
-    }
-    case nlohmann::json::value_t::number_integer: return j.template get<int64_t>();
-    case nlohmann::json::value_t::number_unsigned: return j.template get<uint64_t>();
-    case nlohmann::json::value_t::boolean: return j.template get<bool>();
-    case nlohmann::json::value_t::string: return j.template get<std::string>();
-    default: return nullptr;
-  }
-}
 
 // The run context: what produced the report.
 struct RunContext {
@@ -58,6 +25,7 @@ struct RunContext {
   std::string device;
   uint64_t seed = 0;
   std::string policy;       // "" when drawn
+  std::vector<std::string> properties;  // the --property selection; empty: all
   int cases_requested = 0;
   int jobs = 1;
   std::string shard;        // "i/n"

@@ -70,8 +70,8 @@ void resolve_shard(const std::string& flag, int* index, int* count) {
 
 namespace {
 
-OJson failure_to_json(const FailureRecord& f) {
-  OJson j = OJson::object();
+Json failure_to_json(const FailureRecord& f) {
+  Json j = Json::object();
   j["property"] = f.property;
   j["disposition"] = f.disposition;
   j["error"] = f.error;
@@ -87,7 +87,7 @@ OJson failure_to_json(const FailureRecord& f) {
   return j;
 }
 
-FailureRecord failure_from_json(const OJson& j) {
+FailureRecord failure_from_json(const Json& j) {
   FailureRecord f;
   f.property = j.value("property", "");
   f.disposition = j.value("disposition", "");
@@ -98,29 +98,29 @@ FailureRecord failure_from_json(const OJson& j) {
   f.seed = j.value("seed", uint64_t{0});
   f.shrinks = j.value("shrinks", 0);
   f.corpus_path = j.value("corpus_file", "");
-  f.case_json = j.value("case", OJson());
-  f.report = j.value("report", OJson());
+  f.case_json = j.value("case", Json());
+  f.report = j.value("report", Json());
   return f;
 }
 
 }  // namespace
 
-OJson campaign_to_json(const CampaignResult& r) {
-  OJson j = OJson::object();
+Json campaign_to_json(const CampaignResult& r) {
+  Json j = Json::object();
   j["cases"] = r.cases;
   j["by_disposition"] = r.by_disposition;
   j["classification"] = r.classification;
   j["findings"] = r.findings;
   j["seconds"] = r.seconds;
   j["crashes"] = r.crashes;
-  OJson f = OJson::array();
+  Json f = Json::array();
   for (const auto& x : r.failures) f.push_back(failure_to_json(x));
   j["failures"] = f;
   j["reports"] = r.reports;
   return j;
 }
 
-CampaignResult campaign_from_json(const OJson& j) {
+CampaignResult campaign_from_json(const Json& j) {
   CampaignResult r;
   r.cases = j.value("cases", 0);
   r.by_disposition = j.value("by_disposition", std::map<std::string, int>{});
@@ -128,8 +128,8 @@ CampaignResult campaign_from_json(const OJson& j) {
   r.findings = j.value("findings", std::vector<std::string>{});
   r.seconds = j.value("seconds", 0.0);
   r.crashes = j.value("crashes", std::vector<std::string>{});
-  for (const auto& f : j.value("failures", OJson::array())) r.failures.push_back(failure_from_json(f));
-  for (const auto& c : j.value("reports", OJson::array())) r.reports.push_back(c);
+  for (const auto& f : j.value("failures", Json::array())) r.failures.push_back(failure_from_json(f));
+  for (const auto& c : j.value("reports", Json::array())) r.reports.push_back(c);
   return r;
 }
 
@@ -161,11 +161,11 @@ CampaignResult from_stats(const properties::FuzzStats& s) {
   r.classification = s.classification;
   r.findings = s.findings;
   r.seconds = s.seconds;
-  for (const auto& c : s.reports) r.reports.push_back(reports::explicit_nonfinite(properties::case_report_to_json(c)));
+  for (const auto& c : s.reports) r.reports.push_back(properties::case_report_to_json(c));
   for (const auto& cx : s.failures) {
     FailureRecord f;
     f.case_json = training::case_to_json(cx.spec);
-    f.report = reports::explicit_nonfinite(properties::case_report_to_json(cx.report));
+    f.report = properties::case_report_to_json(cx.report);
     f.property = cx.property;
     f.disposition = disposition_name(cx.report.disposition);
     if (const auto* c = failing_check(cx.report, cx.property)) {
@@ -301,6 +301,10 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back(o.policy);
     }
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
+    for (const auto& p : o.fuzz.oracle.properties) {
+      args.push_back("--property");
+      args.push_back(p);
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -331,7 +335,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
       if (clean) {
         std::ifstream in(w.out);
         try {
-          part = campaign_from_json(OJson::parse(in));
+          part = campaign_from_json(Json::parse(in));
           loaded = true;
         } catch (const std::exception&) {
         }
@@ -414,15 +418,15 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
   }
 }
 
-OJson campaign_summary_json(const CampaignResult& r) {
-  OJson s = OJson::object();
+Json campaign_summary_json(const CampaignResult& r) {
+  Json s = Json::object();
   s["cases"] = r.cases;
   s["by_disposition"] = r.by_disposition;
   s["classification"] = r.classification;
   s["findings"] = r.findings;
-  OJson f = OJson::array();
+  Json f = Json::array();
   for (const auto& x : r.failures) {
-    OJson j = failure_to_json(x);
+    Json j = failure_to_json(x);
     j.erase("report");
     f.push_back(j);
   }
@@ -463,12 +467,12 @@ void print_summary(const char* what, const CampaignResult& r, const CampaignOpti
   std::printf("  throughput: %.0f cases/min\n", cpm);
 }
 
-OJson make_report(const reports::RunContext& ctx, const CampaignResult* campaign,
-                  const std::vector<ReplayOutcome>* replays, const OJson& extra_summary) {
-  OJson rep = OJson::object();
+Json make_report(const reports::RunContext& ctx, const CampaignResult* campaign,
+                  const std::vector<ReplayOutcome>* replays, const Json& extra_summary) {
+  Json rep = Json::object();
   rep["schema"] = reports::kReportSchema;
   rep["context"] = reports::context_to_json(ctx);
-  OJson summary = campaign ? campaign_summary_json(*campaign) : OJson::object();
+  Json summary = campaign ? campaign_summary_json(*campaign) : Json::object();
   for (auto it = extra_summary.begin(); it != extra_summary.end(); ++it) summary[it.key()] = it.value();
   if (replays) {
     int ok = 0;
@@ -476,11 +480,11 @@ OJson make_report(const reports::RunContext& ctx, const CampaignResult* campaign
     summary["replays"] = {{"files", replays->size()}, {"as_expected", ok}};
   }
   rep["summary"] = summary;
-  rep["cases"] = campaign ? OJson(campaign->reports) : OJson::array();
+  rep["cases"] = campaign ? Json(campaign->reports) : Json::array();
   if (replays) {
-    OJson a = OJson::array();
+    Json a = Json::array();
     for (const auto& r : *replays) {
-      OJson j = OJson::object();
+      Json j = Json::object();
       j["file"] = r.path;
       j["disposition"] = r.disposition;
       j["expected"] = r.expected;
@@ -494,7 +498,7 @@ OJson make_report(const reports::RunContext& ctx, const CampaignResult* campaign
     }
     rep["replays"] = a;
   }
-  return reports::explicit_nonfinite(rep);
+  return explicit_nonfinite(rep);
 }
 
 }  // namespace recap::cli
@@ -503,6 +507,7 @@ namespace recap::cli {
 
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   add_backend_option(*cmd, &f->backend);
+  add_property_option(*cmd, &f->properties);
   cmd->add_option("--cases", f->cases, "Cases to generate (all shards and jobs together)")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
@@ -557,6 +562,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
     o.fuzz.gen.policy = p;
   }
   o.fuzz.oracle.require_memory_savings = f.require_memory_savings;
+  o.fuzz.oracle.properties = f.properties;
   o.jobs = f.jobs;
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;
@@ -573,6 +579,7 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   c.device = device_name;
   c.seed = o.fuzz.seed;
   c.policy = o.policy;
+  c.properties = o.fuzz.oracle.properties;
   c.cases_requested = o.fuzz.cases;
   c.jobs = o.jobs;
   c.shard = std::to_string(o.fuzz.shard_index) + "/" + std::to_string(o.fuzz.shard_count);

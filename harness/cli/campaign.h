@@ -18,11 +18,10 @@
 
 namespace recap::cli {
 
-using OJson = nlohmann::ordered_json;
 
 struct FailureRecord {
-  OJson case_json;          // the shrunk case (training::case_to_json)
-  OJson report;             // its case report
+  Json case_json;          // the shrunk case (training::case_to_json)
+  Json report;             // its case report
   std::string property;     // the first failing property
   std::string disposition;  // failed, incorrect, crashed
   std::string error, api;   // the failure's CUDA error name (or error kind) and call, when it has them
@@ -38,13 +37,13 @@ struct CampaignResult {
   std::map<std::string, int> by_disposition;
   std::map<std::string, int> classification;
   std::vector<std::string> findings;
-  std::vector<OJson> reports;
+  std::vector<Json> reports;
   std::vector<FailureRecord> failures;
   std::vector<std::string> crashes;  // worker processes that died: one line each (with the shard)
   double seconds = 0.0;
 };
-OJson campaign_to_json(const CampaignResult& r);
-CampaignResult campaign_from_json(const OJson& j);
+Json campaign_to_json(const CampaignResult& r);
+CampaignResult campaign_from_json(const Json& j);
 
 struct CampaignOptions {
   properties::FuzzOptions fuzz;
@@ -70,7 +69,7 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
 // replay commands, throughput.
 void print_summary(const char* what, const CampaignResult& r, const CampaignOptions& o);
 
-OJson campaign_summary_json(const CampaignResult& r);
+Json campaign_summary_json(const CampaignResult& r);
 
 // ---- replay ---------------------------------------------------------------------------------
 
@@ -78,22 +77,22 @@ struct ReplayOutcome {
   std::string path;
   std::string disposition;   // the verdict ("" when the file did not load)
   std::string first_failure; // one line
-  OJson expected;
+  Json expected;
   bool as_expected = false;
   std::string mismatch;      // one line when !as_expected
-  OJson report;
+  Json report;
   double seconds = 0.0;
 };
 // Replays one case file (already validated into *spec) on `backend`; prints the verdict and, when
 // a check diverged, the step-by-step table of the first divergence. `print` false: quiet.
 ReplayOutcome replay_case(const std::string& path, const training::CaseSpec& spec, const std::string& backend,
-                          bool require_memory_savings, bool print);
+                          bool require_memory_savings, const std::vector<std::string>& properties, bool print);
 
 std::string replay_command(const std::string& path);
 
 // The report: schema, context, summary, cases (and replays).
-OJson make_report(const reports::RunContext& ctx, const CampaignResult* campaign,
-                  const std::vector<ReplayOutcome>* replays, const OJson& extra_summary);
+Json make_report(const reports::RunContext& ctx, const CampaignResult* campaign,
+                  const std::vector<ReplayOutcome>* replays, const Json& extra_summary);
 
 void write_file_or_throw(const std::string& path, const std::string& text, const char* flag);
 
@@ -113,6 +112,7 @@ struct FuzzFlags {
   std::string shard;
   std::string report, corpus_dir = "corpus/found", junit, worker_out;
   bool require_memory_savings = false;
+  std::vector<std::string> properties;  // --property; empty: all
 };
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f);
 // Resolves the backend, seed, shard and policy; *seed_random when the seed was drawn.

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -23,6 +24,8 @@ struct UsageError : std::runtime_error {
 
 // Adds --backend sim|cuda|auto to a subcommand.
 void add_backend_option(CLI::App& cmd, std::string* backend);
+// Adds --property NAME... (the oracles to check; all when absent); an unknown name is a usage error.
+void add_property_option(CLI::App& cmd, std::vector<std::string>* properties);
 // Makes the device the --backend text asks for, or throws UsageError saying why it can't.
 std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts = {});
 

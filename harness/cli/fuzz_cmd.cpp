@@ -30,7 +30,7 @@ int fuzz(const FuzzFlags& f) {
   int rc = failed ? kExitFailed : kExitOk;
   reports::RunContext ctx = run_context("fuzz", o, device);
   if (!f.report.empty()) {
-    OJson extra = OJson::object();
+    Json extra = Json::object();
     extra["exit_code"] = rc;
     write_file_or_throw(f.report, make_report(ctx, &r, nullptr, extra).dump(2) + "\n", "--report");
   }

@@ -51,7 +51,7 @@ int gate(GateArgs a) {
   std::vector<ReplayOutcome> replays;
   int differ = 0;
   for (size_t i = 0; i < files.size(); ++i) {
-    replays.push_back(replay_case(files[i], specs[i], o.backend, false, false));
+    replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, false));
     const auto& r = replays.back();
     differ += !r.as_expected;
     std::printf("  %-60s %-9s %s\n", files[i].c_str(), r.disposition.c_str(),
@@ -77,8 +77,8 @@ int gate(GateArgs a) {
               cov.size() == 1 ? "" : "s");
 
   if (!f.report.empty()) {
-    OJson extra = OJson::object();
-    OJson creq = OJson::array();
+    Json extra = Json::object();
+    Json creq = Json::array();
     for (const auto& q : reqs) {
       int n = r.classification.count(q.label) ? r.classification.at(q.label) : 0;
       creq.push_back({{"label", q.label},

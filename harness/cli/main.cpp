@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "harness/cli/cli.h"
+#include "properties/oracles.h"
 
 namespace recap::cli {
 
@@ -12,6 +13,14 @@ void add_backend_option(CLI::App& cmd, std::string* backend) {
                  "usable, else sim)")
       ->check(CLI::IsMember({"sim", "cuda", "auto"}))
       ->default_val("auto");
+}
+
+void add_property_option(CLI::App& cmd, std::vector<std::string>* properties) {
+  std::string all;
+  for (const auto& p : properties::property_names()) all += (all.empty() ? "" : ", ") + p;
+  cmd.add_option("--property", *properties, "Check only these properties (repeat the flag or separate by commas; all when absent): " + all)
+      ->delimiter(',')
+      ->check([](const std::string& name) { return properties::unknown_property({name}); });
 }
 
 std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts) {

@@ -142,11 +142,11 @@ bool check_failed(const properties::CheckResult& c) {
 }  // namespace
 
 ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const std::string& backend,
-                          bool require_memory_savings, bool print) {
+                          bool require_memory_savings, const std::vector<std::string>& properties, bool print) {
   ReplayOutcome out;
   out.path = path;
   out.expected = spec.expected;
-  const OJson& exp = spec.expected;
+  const Json& exp = spec.expected;
   bool exp_obj = exp.is_object();
   properties::OracleOptions opts;
   device::BackendChoice choice;
@@ -157,13 +157,14 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
     choice = dev->backend() == device::Backend::Sim ? device::BackendChoice::Sim : device::BackendChoice::Cuda;
   }
   opts.backend = choice;
+  opts.properties = properties;
   opts.require_memory_savings =
       require_memory_savings || (exp_obj && exp.contains("require_memory_savings") && exp["require_memory_savings"].is_boolean() &&
                                  exp["require_memory_savings"].get<bool>());
   auto t0 = std::chrono::steady_clock::now();
   properties::CaseReport rep = properties::evaluate(spec, opts);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.report = reports::explicit_nonfinite(properties::case_report_to_json(rep));
+  out.report = properties::case_report_to_json(rep);
   out.disposition = properties::disposition_name(rep.disposition);
   out.first_failure = rep.first_failure();
 
@@ -227,6 +228,7 @@ struct ReplayArgs {
   std::vector<std::string> files;
   std::string backend = "sim";
   bool require_memory_savings = false;
+  std::vector<std::string> properties;
   std::string report;
 };
 
@@ -241,7 +243,7 @@ int replay(const ReplayArgs& a) {
   std::vector<ReplayOutcome> outs;
   int differ = 0;
   for (size_t i = 0; i < a.files.size(); ++i) {
-    outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, true));
+    outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, a.properties, true));
     differ += !outs.back().as_expected;
   }
   if (a.files.size() > 1)
@@ -252,9 +254,10 @@ int replay(const ReplayArgs& a) {
     ctx.recap_version = "0.1.0";
     ctx.git_commit = reports::git_commit();
     ctx.backend = a.backend;
+    ctx.properties = a.properties;
     ctx.device = open_device(a.backend)->name();
     ctx.started_utc = reports::utc_now_iso8601();
-    OJson extra = OJson::object();
+    Json extra = Json::object();
     extra["exit_code"] = differ ? kExitFailed : kExitOk;
     write_file_or_throw(a.report, make_report(ctx, nullptr, &outs, extra).dump(2) + "\n", "--report");
   }
@@ -273,6 +276,7 @@ void add_replay_command(CLI::App& app, Runner* runner) {
   cmd->add_option("--backend", args->backend, "Device backend: sim, cuda or auto")
       ->check(CLI::IsMember({"sim", "cuda", "auto"}))
       ->default_val("sim");
+  add_property_option(*cmd, &args->properties);
   cmd->add_flag("--require-memory-savings", args->require_memory_savings,
                 "Recompute that saves no activation memory inside graphs is a failure, not a finding");
   cmd->add_option("--report", args->report, "Write a JSON report (schema recap.report/1)");

@@ -130,8 +130,6 @@ uint64_t digest(const std::vector<std::vector<float>>& v);
 // and per step: losses, gradient norms, digests, ledger counts, memory by category, time.
 // Non-finite numbers are written as the strings "nan", "inf", "-inf".
 Json run_result_to_json(const RunResult& r);
-// A double as JSON, non-finite values as the strings "nan", "inf", "-inf" (nlohmann writes null).
-Json json_number(double v);
 
 // The per-layer executor's own interface, for tests: replay one captured graph (its prologue and
 // launch on the main stream), refused with ReplayOrderError when it is not the next in record order.

@@ -5,15 +5,11 @@
 
 #include "harness/training/executor.h"
 
+#include "harness/base/hash.h"
+
 namespace recap::training {
 
 namespace {
-
-std::string hex64(uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 bool all_finite(const std::vector<std::vector<float>>& v) {
   for (const auto& x : v)
@@ -80,28 +76,13 @@ GradNorms grad_norms(const RunResult& r, const StepRecord& s) {
 }
 
 uint64_t digest(const std::vector<std::vector<float>>& v) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint32_t w) {
-    for (int b = 0; b < 4; ++b) {
-      h ^= (w >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  };
+  uint64_t h = kFnvOffset;
   for (const auto& x : v) {
-    mix(static_cast<uint32_t>(x.size()));
-    for (float f : x) {
-      uint32_t w;
-      std::memcpy(&w, &f, sizeof w);
-      mix(w);
-    }
+    const uint32_t n = static_cast<uint32_t>(x.size());
+    h = fnv1a64(&n, sizeof n, h);
+    h = fnv1a64(x.data(), x.size() * sizeof(float), h);  // the bits, little-endian as written
   }
   return h;
-}
-
-Json json_number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
 }
 
 Json run_result_to_json(const RunResult& r) {

@@ -36,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
+#include "harness/base/json.h"
 #include "harness/runtime/generator.h"
 #include "models/model.h"
 
@@ -46,8 +46,6 @@ namespace recap::training {
 // Training is written in terms of the runtime's types (Tensor, Ctx, GeneratorMode, ...): the
 // runtime is the layer below, so its names are visible here unqualified.
 using namespace recap::runtime;
-
-using Json = nlohmann::ordered_json;
 
 enum class CheckpointGranularity { None, Full, Selective };
 enum class CheckpointStyle { Reentrant, WithoutOutput };

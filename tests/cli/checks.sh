@@ -132,6 +132,25 @@ fuzz_jobs_and_crash_isolation)
   grep -q "passed 200" out2.txt || fail "the other shard's 200 cases did not go on"
   validate_report c.json
   ;;
+fuzz_property_selects)
+  # One property: every case's checks are that property's alone, in process and through --jobs 2
+  # workers; the report's context records the selection.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  for jobs in 1 2; do
+    "$recap" fuzz --backend sim --property eager_vs_graphed --policy graph-safe --cases 200 --seed 1 --jobs $jobs \
+      --corpus-dir found --report p$jobs.json > out.txt || fail "--property eager_vs_graphed --jobs $jobs: exit $?"
+    "$py" - p$jobs.json <<'PY' || fail "checks other than eager_vs_graphed (--jobs $jobs)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["context"]["properties"] == ["eager_vs_graphed"], r["context"]
+props = {c["property"] for case in r["cases"] for c in case["checks"]}
+judged = sum(c["disposition"] == "passed" for case in r["cases"] for c in case["checks"])
+assert props == {"eager_vs_graphed"}, props
+assert len(r["cases"]) == 200 and judged > 100, (len(r["cases"]), judged)
+print("only eager_vs_graphed:", judged, "of", len(r["cases"]), "cases compared")
+PY
+  done
+  ;;
 fuzz_shards_merge)
   "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --shard 0/2 --corpus-dir s0 --report s0.json > /dev/null; r0=$?
   GTEST_SHARD_INDEX=1 GTEST_TOTAL_SHARDS=2 "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --corpus-dir s1 --report s1.json > /dev/null; r1=$?

@@ -1,0 +1,25 @@
+// capture_clean: a capture-safe configuration raises no capture or run error; when one is raised
+// (the naive policy's get_rng_state during capture, a reentrant checkpoint refusing .grad()), the
+// check names the failing API and the CUDA error (docs/recompute-and-rng.md, bug classes 1, 4, 14,
+// 15). A run that throws out of recap's own error handling is `crashed` before any oracle runs
+// (evaluate()).
+#include "properties/oracles/oracle.h"
+
+namespace recap::properties {
+
+namespace {
+CheckResult judge(Runs& runs) {
+  const auto& failure = runs.main().failure;
+  if (!failure) return passed("capture_clean");
+  CheckResult c = bad("capture_clean", Disposition::Failed, failure->line());
+  c.api = failure->api;
+  c.cuda_error = failure->error;
+  return c;
+}
+}  // namespace
+
+Oracle capture_clean_oracle() {
+  return {"capture_clean", "no capture or run error; a raised one is reported with its API and CUDA error", judge};
+}
+
+}  // namespace recap::properties

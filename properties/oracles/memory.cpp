@@ -1,0 +1,127 @@
+// memory: nothing stays live on the device after teardown; when recompute runs inside graphs,
+// the activation memory the graphs hold is judged against the same case without checkpoints:
+//   skip        recompute is bypassed inside graphs (Megatron-LM PR #3919): what the graph-safe
+//               policy would have saved is a finding, with its bytes (a failure with
+//               --require-memory-savings; docs/recompute-and-rng.md, bug class 2)
+//   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
+//               is reported.
+// The case's memory figures (memory_json) go into every report, judged or not.
+#include <algorithm>
+
+#include "properties/oracles/oracle.h"
+
+namespace recap::properties {
+
+using training::CaseSpec;
+using training::CheckpointGranularity;
+using training::CheckpointPolicy;
+using training::ExecutorKind;
+using training::RunResult;
+
+namespace {
+
+// Whether some checkpoint runs inside a captured graph (and so is judged by the memory oracle).
+bool checkpoint_in_graph(const CaseSpec& s) {
+  if (s.executor == ExecutorKind::Eager) return false;
+  for (const auto& f : s.layers)
+    if (f.checkpoint != CheckpointGranularity::None && (s.executor == ExecutorKind::FullIteration || f.graphed))
+      return true;
+  return false;
+}
+
+int checkpoint_count(const CaseSpec& s) {
+  int n = 0;
+  for (const auto& f : s.layers)
+    n += f.checkpoint == CheckpointGranularity::Full ? 1 : static_cast<int>(f.modules.size());
+  return n;
+}
+
+int64_t activations_peak_in_graphs(const RunResult& r) { return r.capture_memory.activations_peak(); }
+
+CheckResult judge(Runs& runs) {
+  const CaseSpec& spec = runs.spec();
+  const RunResult& r = runs.main();
+  CheckResult c = passed("memory");
+  std::vector<std::string> problems;
+  if (runs.live_after() != 0)
+    problems.push_back(std::to_string(runs.live_after()) + " bytes still live on the device after teardown");
+  if (runs.ran() && r.captured && checkpoint_in_graph(spec)) {
+    const Run& plain = runs.no_checkpoint_twin();
+    if (twin_trouble("", plain).empty() && plain.result->captured) {
+      int64_t base = activations_peak_in_graphs(*plain.result);
+      int64_t mine = activations_peak_in_graphs(r);
+      runs.report().memory["no_checkpoint_activations_peak_in_graphs"] = base;
+      runs.report().memory["activations_peak_in_graphs"] = mine;
+      if (spec.policy == CheckpointPolicy::Skip) {
+        // What recompute would have saved: the same case under graph-safe.
+        const Run& gs = runs.graph_safe_twin();
+        if (twin_trouble("", gs).empty() && gs.result->captured) {
+          int64_t want = activations_peak_in_graphs(*gs.result);
+          runs.report().memory["graph_safe_activations_peak_in_graphs"] = want;
+          if (mine > want) {
+            std::string what = "memory: recompute lost inside graphs (skip): " + std::to_string(mine - want) +
+                               " bytes of activations (peak " + std::to_string(mine) + " B vs " +
+                               std::to_string(want) + " B under graph-safe, " + std::to_string(base) +
+                               " B without checkpoints)";
+            c.bytes = mine - want;
+            if (runs.options().require_memory_savings)
+              problems.push_back(what.substr(8));
+            else
+              runs.report().findings.push_back(what);
+          }
+        }
+      } else if (spec.policy == CheckpointPolicy::GraphSafe) {
+        // Prediction (an upper bound): inside graphs, per microbatch, each checkpoint holds its
+        // input (one [tokens, hidden] tensor) and its RNG pair (16 bytes); during a backward one
+        // region's recomputed activations are live (at most what the baseline saves), besides
+        // what the unchecked layers save (at most the baseline). More than that means recompute
+        // keeps what it should have freed.
+        const int64_t elt = spec.model.dtype == models::DType::BF16 ? 2 : 4;
+        const int64_t input = static_cast<int64_t>(spec.model.tokens) * spec.model.hidden * elt;
+        int64_t bound = 2 * base + static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * (input + 16);
+        runs.report().memory["predicted_max_activations_peak_in_graphs"] = bound;
+        if (mine > bound)
+          problems.push_back("recompute costs activation memory inside graphs: peak " + std::to_string(mine) +
+                             " B, over the bound " + std::to_string(bound) + " B (" + std::to_string(base) +
+                             " B without checkpoints)");
+        else if (mine < base)
+          runs.report().memory["saved_in_graphs"] = base - mine;
+      }
+    }
+  }
+  if (!problems.empty()) {
+    c.disposition = Disposition::Incorrect;
+    c.reason = problems[0];
+    for (size_t i = 1; i < problems.size(); ++i) c.reason += "; " + problems[i];
+  }
+  return c;
+}
+
+}  // namespace
+
+Json memory_json(const RunResult& r) {
+  Json j;
+  Json cap;
+  for (int c = 0; c < device::kNumCategories; ++c) {
+    auto cat = static_cast<device::MemCategory>(c);
+    cap[device::category_name(cat)] = {{"live", r.capture_memory.allocator.tensors[c].live_bytes},
+                                       {"peak", r.capture_memory.allocator.tensors[c].peak_bytes}};
+  }
+  j["capture"] = cap;
+  j["graph_pool_reserved_peak"] = r.capture_memory.allocator.pool_peak_reserved_bytes;
+  j["device_peak"] = r.capture_memory.device.peak_bytes;
+  int64_t step_peak = 0, step_act = 0;
+  for (const auto& s : r.steps) {
+    step_peak = std::max(step_peak, s.memory.device.peak_bytes);
+    step_act = std::max(step_act, s.memory.activations_peak());
+  }
+  j["step_device_peak"] = step_peak;
+  j["step_activations_peak"] = step_act;
+  return j;
+}
+
+Oracle memory_oracle() {
+  return {"memory", "recompute saves activation memory inside graphs; nothing live after teardown", judge};
+}
+
+}  // namespace recap::properties

@@ -1,0 +1,104 @@
+// One oracle = one file in this folder: its name, what it demands, and its judge over the runs it
+// needs (docs/DESIGN.md, "Oracles"). registry.cpp lists them in the order they are checked;
+// evaluate() (properties/oracles.cpp) runs the case once and then asks each selected oracle.
+//
+// Runs gives an oracle the case's own run and makes the twins it asks for on demand, each at most
+// once per case and each on a fresh device, so two oracles that need the same twin share it:
+//   eager twin          the same case, executor eager
+//   no-checkpoint twin  the same case with every checkpoint flag off
+//   graph-safe twin     the same case under the graph-safe policy
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/training/executor.h"
+#include "properties/oracles.h"
+
+namespace recap::properties {
+
+// A run of a case on a fresh device. `crash`: the exception that escaped it.
+struct Run {
+  std::optional<training::RunResult> result;
+  std::string crash;
+  double ms = 0;
+  int64_t live_after = 0;  // device bytes live after teardown
+};
+std::unique_ptr<device::Device> new_device(device::BackendChoice b);
+Run run_on_fresh_device(const training::CaseSpec& spec, device::BackendChoice backend);
+// "" when the twin ran through, else "<what> crashed: ..." / "<what> failed: ...".
+std::string twin_trouble(const char* what, const Run& r);
+// Where two runs of the same case first differ, bitwise (steps in order; per microbatch the loss
+// then every gradient; then the step's gradients and the parameters after the update).
+std::optional<Divergence> first_divergence(const training::RunResult& a, const training::RunResult& b);
+
+class Runs {
+ public:
+  Runs(const training::CaseSpec& spec, const OracleOptions& opts, CaseReport& report, device::Backend backend,
+       const training::RunResult& main)
+      : spec_(spec), opts_(opts), report_(report), backend_(backend), main_(main) {}
+
+  const training::CaseSpec& spec() const { return spec_; }
+  const OracleOptions& options() const { return opts_; }
+  CaseReport& report() { return report_; }          // memory figures, findings, timings
+  device::Backend backend() const { return backend_; }  // what the case ran on
+  const training::RunResult& main() const { return main_; }
+  bool ran() const { return main_.ok(); }
+  int64_t live_after() const { return live_after_; }  // device bytes live once the case's device is torn down
+  void set_live_after(int64_t bytes) { live_after_ = bytes; }
+
+  const Run& eager_twin();
+  const Run& no_checkpoint_twin();
+  const Run& graph_safe_twin();
+
+  // What an oracle saw of the case's own session while it was alive (Oracle::inspect_session),
+  // by oracle name.
+  std::map<std::string, std::string> session_notes;
+
+ private:
+  const Run& twin(std::optional<Run>& slot, const training::CaseSpec& spec, const char* timing_key);
+
+  const training::CaseSpec& spec_;
+  const OracleOptions& opts_;
+  CaseReport& report_;
+  device::Backend backend_;
+  const training::RunResult& main_;
+  int64_t live_after_ = 0;
+  std::optional<Run> eager_, plain_, graph_safe_;
+};
+
+struct Oracle {
+  const char* name;
+  const char* demands;  // one line, for --help and the docs
+  CheckResult (*judge)(Runs&);
+  // Optional: called while the case's own session is still alive, right after its run.
+  void (*inspect_session)(Runs&, training::Session&, device::Device&) = nullptr;
+};
+
+// The memory figures of a run, for every case report (memory.cpp).
+Json memory_json(const training::RunResult& r);
+
+// Every oracle, in the order they are checked.
+const std::vector<Oracle>& oracles();
+
+// The oracles, one per file.
+Oracle capture_clean_oracle();
+Oracle eager_vs_graphed_oracle();
+Oracle recompute_on_off_oracle();
+Oracle rng_ledger_oracle();
+Oracle memory_oracle();
+Oracle reference_oracle();
+Oracle hygiene_oracle();
+
+// Check results.
+CheckResult passed(const std::string& property);
+CheckResult skipped(const std::string& property, const std::string& why);
+CheckResult bad(const std::string& property, Disposition d, const std::string& why);
+
+double ms_since(std::chrono::steady_clock::time_point t0);
+
+}  // namespace recap::properties

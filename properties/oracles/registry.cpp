@@ -1,0 +1,47 @@
+// The oracles in the order a case is judged: capture errors first (a run that failed has little
+// else to compare), then the bitwise comparisons with twins, the RNG ledger, memory, the fp64
+// reference, and last hygiene, which may run a case of its own.
+#include "properties/oracles/oracle.h"
+
+namespace recap::properties {
+
+const std::vector<Oracle>& oracles() {
+  static const std::vector<Oracle> all = {capture_clean_oracle(), eager_vs_graphed_oracle(), recompute_on_off_oracle(),
+                                          rng_ledger_oracle(),    memory_oracle(),           reference_oracle(),
+                                          hygiene_oracle()};
+  return all;
+}
+
+const std::vector<std::string>& property_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Oracle& o : oracles()) v.push_back(o.name);
+    return v;
+  }();
+  return names;
+}
+
+CheckResult passed(const std::string& property) {
+  CheckResult c;
+  c.property = property;
+  c.disposition = Disposition::Passed;
+  return c;
+}
+
+CheckResult skipped(const std::string& property, const std::string& why) {
+  CheckResult c;
+  c.property = property;
+  c.disposition = Disposition::Skipped;
+  c.reason = why;
+  return c;
+}
+
+CheckResult bad(const std::string& property, Disposition d, const std::string& why) {
+  CheckResult c;
+  c.property = property;
+  c.disposition = d;
+  c.reason = why;
+  return c;
+}
+
+}  // namespace recap::properties

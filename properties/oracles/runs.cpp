@@ -1,0 +1,161 @@
+// Runs: the case's own run and its twins, and the bitwise comparison of two runs (oracle.h).
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "properties/oracles/oracle.h"
+
+namespace recap::properties {
+
+using training::CaseSpec;
+using training::CheckpointGranularity;
+using training::RunResult;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+namespace {
+
+uint64_t ordered(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  // Map to a monotonic unsigned scale (negative floats reversed).
+  return (u & 0x80000000u) ? static_cast<uint64_t>(0x80000000u - (u & 0x7fffffffu))
+                           : static_cast<uint64_t>(u) + 0x80000000u;
+}
+
+uint64_t ulps(float a, float b) {
+  uint64_t x = ordered(a), y = ordered(b);
+  return x > y ? x - y : y - x;
+}
+
+// Compares a tensor; fills `d` and returns false on the first bitwise difference.
+bool same(const std::vector<float>& a, const std::vector<float>& b, Divergence* d) {
+  if (a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0)) return true;
+  d->max_abs_error = 0;
+  d->max_ulps = 0;
+  if (a.size() != b.size()) {
+    d->tensor += " (size " + std::to_string(a.size()) + " vs " + std::to_string(b.size()) + ")";
+    d->max_abs_error = INFINITY;
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t x, y;
+    std::memcpy(&x, &a[i], 4);
+    std::memcpy(&y, &b[i], 4);
+    if (x == y) continue;
+    double e = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (std::isnan(e)) e = INFINITY;
+    d->max_abs_error = std::max(d->max_abs_error, e);
+    d->max_ulps = std::max(d->max_ulps, ulps(a[i], b[i]));
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<Divergence> first_divergence(const RunResult& a, const RunResult& b) {
+  Divergence d;
+  size_t n = std::min(a.steps.size(), b.steps.size());
+  for (size_t s = 0; s < n; ++s) {
+    const auto& x = a.steps[s];
+    const auto& y = b.steps[s];
+    d.step = x.step;
+    for (size_t m = 0; m < std::min(x.microbatches.size(), y.microbatches.size()); ++m) {
+      d.microbatch = static_cast<int>(m);
+      d.tensor = "loss";
+      if (!same({x.microbatches[m].loss}, {y.microbatches[m].loss}, &d)) return d;
+      for (size_t i = 0; i < std::min(x.microbatches[m].grads.size(), y.microbatches[m].grads.size()); ++i) {
+        d.tensor = "grad " + (i < a.param_names.size() ? a.param_names[i] : std::to_string(i));
+        if (!same(x.microbatches[m].grads[i], y.microbatches[m].grads[i], &d)) return d;
+      }
+    }
+    d.microbatch = -1;
+    for (size_t i = 0; i < std::min(x.grads.size(), y.grads.size()); ++i) {
+      d.tensor = "grad " + (i < a.param_names.size() ? a.param_names[i] : std::to_string(i));
+      if (!same(x.grads[i], y.grads[i], &d)) return d;
+    }
+    for (size_t i = 0; i < std::min(x.params.size(), y.params.size()); ++i) {
+      d.tensor = "param " + (i < a.param_names.size() ? a.param_names[i] : std::to_string(i));
+      if (!same(x.params[i], y.params[i], &d)) return d;
+    }
+    if (x.microbatches.size() != y.microbatches.size() || x.grads.size() != y.grads.size() ||
+        x.params.size() != y.params.size()) {
+      d.tensor = "record shape";
+      d.max_abs_error = INFINITY;
+      return d;
+    }
+  }
+  if (a.steps.size() != b.steps.size()) {
+    d.step = static_cast<int>(n);
+    d.microbatch = -1;
+    d.tensor = "steps (" + std::to_string(a.steps.size()) + " vs " + std::to_string(b.steps.size()) + ")";
+    d.max_abs_error = INFINITY;
+    return d;
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<device::Device> new_device(device::BackendChoice b) {
+  std::string err;
+  auto dev = device::make_device(b, {}, &err);
+  if (!dev) throw std::runtime_error("cannot create the device: " + err);
+  return dev;
+}
+
+Run run_on_fresh_device(const CaseSpec& spec, device::BackendChoice backend) {
+  Run r;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    auto dev = new_device(backend);
+    r.result = training::run_case(*dev, spec);
+    r.live_after = dev->memory_stats().live_bytes;
+  } catch (const std::exception& e) {
+    r.crash = e.what();
+  } catch (...) {
+    r.crash = "unknown exception";
+  }
+  r.ms = ms_since(t0);
+  return r;
+}
+
+std::string twin_trouble(const char* what, const Run& r) {
+  if (!r.crash.empty()) return std::string(what) + " crashed: " + r.crash;
+  if (r.result->failure) return std::string(what) + " failed: " + r.result->failure->line();
+  return "";
+}
+
+namespace {
+CaseSpec without_checkpoints(CaseSpec s) {
+  for (auto& f : s.layers) {
+    f.checkpoint = CheckpointGranularity::None;
+    f.modules.clear();
+  }
+  return s;
+}
+}  // namespace
+
+const Run& Runs::twin(std::optional<Run>& slot, const CaseSpec& spec, const char* timing_key) {
+  if (!slot) {
+    slot = run_on_fresh_device(spec, opts_.backend);
+    report_.timings[timing_key] = slot->ms;
+  }
+  return *slot;
+}
+
+const Run& Runs::eager_twin() {
+  CaseSpec e = spec_;
+  e.executor = training::ExecutorKind::Eager;
+  return twin(eager_, e, "eager_twin_ms");
+}
+
+const Run& Runs::no_checkpoint_twin() { return twin(plain_, without_checkpoints(spec_), "no_checkpoint_twin_ms"); }
+
+const Run& Runs::graph_safe_twin() {
+  CaseSpec g = spec_;
+  g.policy = training::CheckpointPolicy::GraphSafe;
+  return twin(graph_safe_, g, "graph_safe_twin_ms");
+}
+
+}  // namespace recap::properties
