@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "harness/runtime/capture.h"
 #include "harness/runtime/dropout.h"
 #include "harness/runtime/philox.h"
 #include "harness/runtime/rng_tracker.h"
@@ -83,32 +84,23 @@ RunOutput run_model(const RunOptions& o) {
       out.dx = runtime::to_floats(*dev, dx);
     } else {
       runtime::PoolId pool = alloc.create_pool();
-      device::Graph g;
-      device::GraphExec exec;
-      std::map<std::string, runtime::GraphRngState> rng_states;
-      {
-        runtime::PoolScope scope(alloc, pool);
-        rng.capture_begin();
-        ensure(dev->stream_begin_capture(s, device::CaptureMode::Global), "cudaStreamBeginCapture");
+      runtime::CapturedGraph graph = runtime::capture_graph(*dev, alloc, rng, s, pool, "the model's graph", [&] {
         std::vector<Saved> saved;
         y = model.forward(ctx, x, saved);
         dx = model.backward(ctx, dy, saved);
-        ensure(dev->stream_end_capture(s, &g), "cudaStreamEndCapture");
-        rng_states = rng.capture_end();
-      }
-      ensure(dev->graph_instantiate(&exec, g), "cudaGraphInstantiate");
+      });
       for (int step = 0; step < o.steps; ++step) {
         ensure(ledger.begin_step(step, s), "ledger begin_step");
-        ensure(rng.replay_prologue(rng_states, s), "replay prologue");
-        ensure(dev->graph_launch(exec, s), "cudaGraphLaunch");
+        ensure(rng.replay_prologue(graph.rng, s), "replay prologue");
+        ensure(dev->graph_launch(graph.exec, s), "cudaGraphLaunch");
         ensure(dev->stream_synchronize(s), "cudaStreamSynchronize");
         ledger.clear();
         ensure(ledger.collect(step), "ledger collect");
       }
       out.y = runtime::to_floats(*dev, y);
       out.dx = runtime::to_floats(*dev, dx);
-      ensure(dev->graph_exec_destroy(exec), "cudaGraphExecDestroy");
-      ensure(dev->graph_destroy(g), "cudaGraphDestroy");
+      ensure(dev->graph_exec_destroy(graph.exec), "cudaGraphExecDestroy");
+      ensure(dev->graph_destroy(graph.graph), "cudaGraphDestroy");
       y = Tensor{};
       dx = Tensor{};
       alloc.destroy_pool(pool);

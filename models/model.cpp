@@ -1,42 +1,15 @@
 #include "models/model.h"
 
 #include <cmath>
-#include <set>
 #include <stdexcept>
 
 #include "models/layers.h"
 #include "models/ops.h"
+#include "models/registry.h"
 
 namespace recap::models {
 
 namespace {
-
-const std::set<std::string>& known_kinds() {
-  static const std::set<std::string> kinds = {"linear", "layernorm", "rmsnorm", "gelu",  "swiglu",
-                                              "dropout", "attention", "mlp",     "block"};
-  return kinds;
-}
-
-bool uses_heads(const std::string& kind) { return kind == "attention" || kind == "block"; }
-bool uses_ffn(const std::string& kind) { return kind == "mlp" || kind == "block" || kind == "swiglu"; }
-
-int64_t ffn_width(const ModelSpec& spec, const LayerSpec& l) {
-  return l.ffn_hidden > 0 ? l.ffn_hidden : 4 * static_cast<int64_t>(spec.hidden);
-}
-
-std::unique_ptr<Layer> make_layer(Builder& b, const ModelSpec& spec, const LayerSpec& l, const std::string& name) {
-  const int64_t h = spec.hidden;
-  if (l.kind == "linear") return std::make_unique<Linear>(b, "", name, h, h);
-  if (l.kind == "layernorm") return std::make_unique<Norm>(b, "", name, h, false);
-  if (l.kind == "rmsnorm") return std::make_unique<Norm>(b, "", name, h, true);
-  if (l.kind == "gelu") return std::make_unique<Gelu>(b, name);
-  if (l.kind == "swiglu") return std::make_unique<SwiGlu>(b, "", name, h, ffn_width(spec, l));
-  if (l.kind == "dropout") return std::make_unique<Dropout>(b, name, l.dropout);
-  if (l.kind == "attention") return std::make_unique<Attention>(b, "", name, h, l.heads, l.dropout);
-  if (l.kind == "mlp") return std::make_unique<Mlp>(b, "", name, h, ffn_width(spec, l), l.dropout);
-  if (l.kind == "block") return std::make_unique<Block>(b, "", name, h, l.heads, ffn_width(spec, l), l.dropout);
-  throw std::invalid_argument("unknown layer kind '" + l.kind + "'");
-}
 
 int dt_code(DType d) { return d == DType::BF16 ? math::kBF16 : math::kF32; }
 
@@ -50,13 +23,14 @@ std::string validate(const ModelSpec& spec) {
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
     const std::string at = "layer " + std::to_string(i) + ": ";
-    if (known_kinds().count(l.kind) == 0) return at + "unknown kind '" + l.kind + "'";
-    if (uses_heads(l.kind)) {
+    const LayerKind* kind = find_layer_kind(l.kind);
+    if (!kind) return at + "unknown kind '" + l.kind + "'";
+    if (kind->uses_heads) {
       if (l.heads < 1) return at + "heads must be at least 1, got " + std::to_string(l.heads);
       if (spec.hidden % l.heads != 0)
         return at + "hidden " + std::to_string(spec.hidden) + " is not divisible by heads " + std::to_string(l.heads);
     }
-    if (uses_ffn(l.kind) && l.ffn_hidden < 0)
+    if (kind->uses_ffn && l.ffn_hidden < 0)
       return at + "ffn_hidden must be 0 (4 * hidden) or positive, got " + std::to_string(l.ffn_hidden);
     if (!(l.dropout >= 0.0f && l.dropout < 1.0f))  // NaN fails too
       return at + "dropout must be in [0, 1), got " + std::to_string(l.dropout);
@@ -70,7 +44,7 @@ Model::Model(Ctx& ctx, const ModelSpec& spec, uint64_t param_seed, const WrapFn&
   Builder b(ctx, spec.dtype, param_seed, wrap);
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
-    layers_.push_back(b.wrapped(make_layer(b, spec, l, l.kind + std::to_string(i)), "block"));
+    layers_.push_back(b.wrapped(find_layer_kind(l.kind)->make(b, layer_args(spec, l, l.kind + std::to_string(i))), "block"));
   }
   // Parameters were uploaded with synchronous copies from pageable memory and gradients zeroed
   // the same way; such a copy may still be in flight when it returns, and work on a non-blocking

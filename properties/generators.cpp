@@ -5,6 +5,8 @@
 // (gen::weightedElement does not shrink, hence `weighted` below).
 #include "properties/generators.h"
 
+#include "models/registry.h"
+
 #include <utility>
 #include <vector>
 
@@ -37,22 +39,6 @@ rc::Gen<T> weighted(std::vector<std::pair<int, T>> table) {
   });
 }
 
-// The layer kinds, simplest first (the shrink target is a linear layer).
-const std::vector<std::string>& kinds_by_simplicity() {
-  static const std::vector<std::string> k = {"linear", "gelu",   "dropout",   "layernorm", "rmsnorm",
-                                             "swiglu", "mlp",    "attention", "block"};
-  return k;
-}
-
-bool has_dropout(const std::string& kind) {
-  return kind == "dropout" || kind == "attention" || kind == "mlp" || kind == "block";
-}
-std::vector<std::string> roles_of(const std::string& kind) {
-  if (kind == "block") return {"attn_core", "mlp", "norm"};
-  if (kind == "attention") return {"attn_core"};
-  return {};
-}
-
 // What one layer draws, before it is fitted to the case (hidden, style).
 struct LayerDraw {
   int kind = 0;
@@ -60,12 +46,14 @@ struct LayerDraw {
   int ffn_mult = 1;  // ffn_hidden = ffn_mult * hidden (0: the model's default 4 * hidden)
   float dropout = 0.0f;
   int checkpoint = 0;  // 0 none, 1 full, 2 selective
-  int roles_mask = 1;  // selective: which of the layer's roles (bit i: roles_of(kind)[i])
+  int roles_mask = 1;  // selective: which of the layer's roles (bit i: the kind's roles[i])
   bool graphed = true;
 };
 
 rc::Gen<LayerDraw> gen_layer() {
   return rc::gen::build<LayerDraw>(
+      // By index into models::layer_kinds() (simplest first: linear is the shrink target): linear 2,
+      // gelu 1, dropout 2, layernorm 1, rmsnorm 1, swiglu 1, mlp 2, attention 2, block 3.
       rc::gen::set(&LayerDraw::kind, weighted<int>({{2, 0}, {1, 1}, {2, 2}, {1, 3}, {1, 4}, {1, 5}, {2, 6}, {2, 7}, {3, 8}})),
       rc::gen::set(&LayerDraw::heads, weighted<int>({{2, 1}, {2, 2}, {1, 4}})),
       rc::gen::set(&LayerDraw::ffn_mult, weighted<int>({{4, 1}, {2, 2}, {1, 0}})),
@@ -145,13 +133,14 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     s.style = d.style == 1 ? CheckpointStyle::WithoutOutput : CheckpointStyle::Reentrant;
     for (const LayerDraw& ld : d.layers) {
       models::LayerSpec l;
-      l.kind = kinds_by_simplicity()[static_cast<size_t>(ld.kind)];
-      l.heads = (l.kind == "attention" || l.kind == "block") ? ld.heads : 1;
-      l.ffn_hidden = (l.kind == "mlp" || l.kind == "block" || l.kind == "swiglu") ? ld.ffn_mult * d.hidden : 0;
-      l.dropout = has_dropout(l.kind) ? ld.dropout : 0.0f;
+      const models::LayerKind& kind = models::layer_kinds().at(static_cast<size_t>(ld.kind));
+      l.kind = kind.kind;
+      l.heads = kind.uses_heads ? ld.heads : 1;
+      l.ffn_hidden = kind.uses_ffn ? ld.ffn_mult * d.hidden : 0;
+      l.dropout = kind.draws ? ld.dropout : 0.0f;
       training::LayerFlags f;
       f.graphed = ld.graphed;
-      auto roles = roles_of(l.kind);
+      const auto& roles = kind.roles;
       if (ld.checkpoint == 1 || (ld.checkpoint == 2 && (roles.empty() || s.style == CheckpointStyle::WithoutOutput))) {
         f.checkpoint = CheckpointGranularity::Full;
       } else if (ld.checkpoint == 2) {

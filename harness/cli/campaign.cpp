@@ -557,7 +557,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   resolve_shard(f.shard, &o.fuzz.shard_index, &o.fuzz.shard_count);
   o.policy = f.policy;
   if (!f.policy.empty()) {
-    training::CheckpointPolicy p;
+    training::CheckpointPolicy p = training::CheckpointPolicy::GraphSafe;  // --policy was checked by CLI11
     training::policy_from_name(f.policy, &p);
     o.fuzz.gen.policy = p;
   }

@@ -149,7 +149,7 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
   const Json& exp = spec.expected;
   bool exp_obj = exp.is_object();
   properties::OracleOptions opts;
-  device::BackendChoice choice;
+  device::BackendChoice choice = device::BackendChoice::Sim;
   device::parse_backend_choice(backend, &choice);
   if (choice == device::BackendChoice::Auto) {
     // evaluate() wants a concrete backend: what auto resolves to.

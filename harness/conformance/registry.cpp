@@ -6,15 +6,6 @@
 namespace recap::conformance {
 namespace detail {
 
-std::string mode_id(device::CaptureMode m) {
-  switch (m) {
-    case device::CaptureMode::Global: return "global";
-    case device::CaptureMode::ThreadLocal: return "threadlocal";
-    case device::CaptureMode::Relaxed: return "relaxed";
-  }
-  return "unknown";
-}
-
 std::vector<uint32_t> rep(size_t n, uint32_t v) { return std::vector<uint32_t>(n, v); }
 
 void add(std::vector<Scenario>& out, std::string name, std::string rule, std::function<void(Recorder&)> run) {

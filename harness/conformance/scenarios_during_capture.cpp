@@ -568,7 +568,7 @@ void add_during_capture(std::vector<Scenario>& out) {
   for (const Probe& p : probes()) {
     for (const Variant& v : p.variants) {
       Expect x = p.expect(v);
-      std::string name = "during_capture." + p.id + "." + mode_id(v.mode) + "." + who_id(v.who) + "." +
+      std::string name = "during_capture." + p.id + "." + device::capture_mode_name(v.mode) + "." + who_id(v.who) + "." +
                          (v.blocking ? "blocking" : "nonblocking");
       std::string predicted = x.invalidates ? "returns " + device::error_name(x.code) + " and invalidates the capture"
                               : x.extra_nodes ? "succeeds and is recorded as " + std::to_string(x.extra_nodes) +

@@ -21,7 +21,6 @@ void add_graphs_and_memory(std::vector<Scenario>& out);
 void add_measured(std::vector<Scenario>& out);
 
 // Identifiers used in scenario names.
-std::string mode_id(device::CaptureMode m);  // "global", "threadlocal", "relaxed"
 
 // Appends a scenario.
 void add(std::vector<Scenario>& out, std::string name, std::string rule, std::function<void(Recorder&)> run);

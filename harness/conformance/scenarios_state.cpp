@@ -40,7 +40,7 @@ void join(Recorder& r, Stream s1, Stream s2, Event e) {
 
 void add_begin(std::vector<Scenario>& out) {
   for (CaptureMode m : {CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed}) {
-    add(out, "state.begin.legacy_stream." + mode_id(m),
+    add(out, "state.begin.legacy_stream." + device::capture_mode_name(m),
         "Begin on the legacy default stream returns 900 (cudaErrorStreamCaptureUnsupported); nothing captures.",
         [m](Recorder& r) {
           r.call("cudaStreamBeginCapture(legacy stream, " + device::capture_mode_name(m) + ")",
@@ -229,7 +229,7 @@ void add_fork_join_end(std::vector<Scenario>& out) {
 
   for (CaptureMode m : {CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed}) {
     bool relaxed = m == CaptureMode::Relaxed;
-    add(out, "state.end_other_thread." + mode_id(m),
+    add(out, "state.end_other_thread." + device::capture_mode_name(m),
         relaxed ? "End from another thread of a relaxed capture succeeds and returns the graph; the stream leaves "
                   "capture."
                 : "End from another thread when the mode is not relaxed returns 908 "

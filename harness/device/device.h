@@ -19,21 +19,27 @@
 #include <string>
 #include <vector>
 
+#include "harness/base/names.h"
 #include "harness/device/memory.h"
 #include "harness/device/status.h"
 
 namespace recap::device {
 
 enum class Backend { Sim, Cuda };
-std::string backend_name(Backend b);  // "sim", "cuda"
+inline constexpr EnumName<Backend> kBackendNames[] = {{Backend::Sim, "sim"}, {Backend::Cuda, "cuda"}};
+inline std::string backend_name(Backend b) { return name_of(kBackendNames, b); }
 
 // Values equal cudaStreamCaptureMode's.
 enum class CaptureMode : int { Global = 0, ThreadLocal = 1, Relaxed = 2 };
-std::string capture_mode_name(CaptureMode m);  // "global", "thread-local", "relaxed"
+inline constexpr EnumName<CaptureMode> kCaptureModeNames[] = {
+    {CaptureMode::Global, "global"}, {CaptureMode::ThreadLocal, "thread-local"}, {CaptureMode::Relaxed, "relaxed"}};
+inline std::string capture_mode_name(CaptureMode m) { return name_of(kCaptureModeNames, m); }
 
 // Values equal cudaStreamCaptureStatus's.
 enum class CaptureStatus : int { None = 0, Active = 1, Invalidated = 2 };
-std::string capture_status_name(CaptureStatus s);  // "none", "active", "invalidated"
+inline constexpr EnumName<CaptureStatus> kCaptureStatusNames[] = {
+    {CaptureStatus::None, "none"}, {CaptureStatus::Active, "active"}, {CaptureStatus::Invalidated, "invalidated"}};
+inline std::string capture_status_name(CaptureStatus s) { return name_of(kCaptureStatusNames, s); }
 
 enum class CopyKind : int { HostToHost = 0, HostToDevice = 1, DeviceToHost = 2, DeviceToDevice = 3, Default = 4 };
 
@@ -171,7 +177,11 @@ class Device {
 
 // ---- choosing a backend -------------------------------------------------------------------
 enum class BackendChoice { Sim, Cuda, Auto };
-bool parse_backend_choice(const std::string& text, BackendChoice* out);  // "sim" | "cuda" | "auto"
+inline constexpr EnumName<BackendChoice> kBackendChoiceNames[] = {
+    {BackendChoice::Sim, "sim"}, {BackendChoice::Cuda, "cuda"}, {BackendChoice::Auto, "auto"}};
+inline bool parse_backend_choice(const std::string& text, BackendChoice* out) {
+  return from_name(kBackendChoiceNames, text, out);
+}
 
 // Whether this binary was built with the CUDA backend.
 bool cuda_compiled();

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "harness/base/names.h"
+
 namespace recap::device {
 
 // Every device allocation carries one of these, so that reports can say where the bytes went
@@ -21,8 +23,12 @@ enum class MemCategory : int {
 };
 constexpr int kNumCategories = static_cast<int>(MemCategory::kCount);
 
-std::string category_name(MemCategory c);  // "parameters", "gradients", "activations", ...
-bool category_from_name(const std::string& name, MemCategory* out);
+inline constexpr EnumName<MemCategory> kCategoryNames[] = {
+    {MemCategory::Parameters, "parameters"}, {MemCategory::Gradients, "gradients"},
+    {MemCategory::Activations, "activations"}, {MemCategory::Workspace, "workspace"},
+    {MemCategory::GraphPool, "graph_pool"},   {MemCategory::Other, "other"}};
+inline std::string category_name(MemCategory c) { return name_of(kCategoryNames, c); }
+inline bool category_from_name(const std::string& name, MemCategory* out) { return from_name(kCategoryNames, name, out); }
 
 struct CategoryStats {
   int64_t live_bytes = 0;

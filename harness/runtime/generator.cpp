@@ -25,36 +25,6 @@
 
 namespace recap::runtime {
 
-std::string generator_mode_name(GeneratorMode m) {
-  switch (m) {
-    case GeneratorMode::Host: return "host";
-    case GeneratorMode::GraphSafe: return "graph-safe";
-  }
-  return "unknown";
-}
-
-std::string device_state_model_name(DeviceStateModel m) {
-  switch (m) {
-    case DeviceStateModel::Shared: return "shared";
-    case DeviceStateModel::PerCapture: return "per-capture";
-  }
-  return "unknown";
-}
-
-bool generator_mode_from_name(const std::string& s, GeneratorMode* out) {
-  if (s == "host") *out = GeneratorMode::Host;
-  else if (s == "graph-safe") *out = GeneratorMode::GraphSafe;
-  else return false;
-  return true;
-}
-
-bool device_state_model_from_name(const std::string& s, DeviceStateModel* out) {
-  if (s == "shared") *out = DeviceStateModel::Shared;
-  else if (s == "per-capture") *out = DeviceStateModel::PerCapture;
-  else return false;
-  return true;
-}
-
 namespace {
 
 // PyTorch's at::cuda::assertNotCapturing message (CUDAGraphsUtils.cuh).

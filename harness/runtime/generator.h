@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/base/names.h"
 #include "harness/device/device.h"
 #include "harness/runtime/philox.h"
 
@@ -43,10 +44,18 @@ struct RngError : std::runtime_error {
 
 enum class GeneratorMode { Host, GraphSafe };
 enum class DeviceStateModel { Shared, PerCapture };
-std::string generator_mode_name(GeneratorMode m);        // "host", "graph-safe"
-std::string device_state_model_name(DeviceStateModel m);  // "shared", "per-capture"
-bool generator_mode_from_name(const std::string& s, GeneratorMode* out);
-bool device_state_model_from_name(const std::string& s, DeviceStateModel* out);
+inline constexpr EnumName<GeneratorMode> kGeneratorModeNames[] = {{GeneratorMode::Host, "host"},
+                                                                  {GeneratorMode::GraphSafe, "graph-safe"}};
+inline constexpr EnumName<DeviceStateModel> kDeviceStateModelNames[] = {{DeviceStateModel::Shared, "shared"},
+                                                                        {DeviceStateModel::PerCapture, "per-capture"}};
+inline std::string generator_mode_name(GeneratorMode m) { return name_of(kGeneratorModeNames, m); }
+inline std::string device_state_model_name(DeviceStateModel m) { return name_of(kDeviceStateModelNames, m); }
+inline bool generator_mode_from_name(const std::string& s, GeneratorMode* out) {
+  return from_name(kGeneratorModeNames, s, out);
+}
+inline bool device_state_model_from_name(const std::string& s, DeviceStateModel* out) {
+  return from_name(kDeviceStateModelNames, s, out);
+}
 
 // What a graph needs at replay: its device pair and whole-graph increment.
 struct GraphRngState {

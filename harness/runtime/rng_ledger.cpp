@@ -26,15 +26,6 @@ constexpr uint64_t kEmpty = ~uint64_t{0};
 constexpr int kSentinelByte = 0xFF;
 }  // namespace
 
-std::string phase_name(Phase p) {
-  switch (p) {
-    case Phase::Forward: return "forward";
-    case Phase::Recompute: return "recompute";
-    case Phase::Backward: return "backward";
-  }
-  return "unknown";
-}
-
 RngLedger::RngLedger(device::Device& dev, int max_slots) : dev_(dev), max_slots_(max_slots) {
   if (max_slots_ <= 0) throw std::invalid_argument("RngLedger: max_slots must be positive");
   size_t bytes = 2 * sizeof(uint64_t) * static_cast<size_t>(max_slots_);

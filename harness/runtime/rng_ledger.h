@@ -14,12 +14,15 @@
 #include <tuple>
 #include <vector>
 
+#include "harness/base/names.h"
 #include "harness/device/device.h"
 
 namespace recap::runtime {
 
 enum class Phase { Forward, Recompute, Backward };
-std::string phase_name(Phase p);  // "forward", "recompute", "backward"
+inline constexpr EnumName<Phase> kPhaseNames[] = {
+    {Phase::Forward, "forward"}, {Phase::Recompute, "recompute"}, {Phase::Backward, "backward"}};
+inline std::string phase_name(Phase p) { return name_of(kPhaseNames, p); }
 
 struct DrawSite {
   std::string layer;  // "block1.attn"

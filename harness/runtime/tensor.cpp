@@ -38,26 +38,6 @@
 
 namespace recap::runtime {
 
-std::string dtype_name(DType d) {
-  switch (d) {
-    case DType::F32: return "fp32";
-    case DType::BF16: return "bf16";
-  }
-  return "unknown";
-}
-
-bool dtype_from_name(const std::string& s, DType* out) {
-  if (s == "fp32") {
-    *out = DType::F32;
-    return true;
-  }
-  if (s == "bf16") {
-    *out = DType::BF16;
-    return true;
-  }
-  return false;
-}
-
 size_t dtype_size(DType d) {
   switch (d) {
     case DType::F32: return 4;

@@ -19,13 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "harness/base/names.h"
 #include "harness/device/device.h"
 
 namespace recap::runtime {
 
 enum class DType { F32, BF16 };
-std::string dtype_name(DType d);           // "fp32", "bf16"
-bool dtype_from_name(const std::string& s, DType* out);
+inline constexpr EnumName<DType> kDTypeNames[] = {{DType::F32, "fp32"}, {DType::BF16, "bf16"}};
+inline std::string dtype_name(DType d) { return name_of(kDTypeNames, d); }
+inline bool dtype_from_name(const std::string& s, DType* out) { return from_name(kDTypeNames, s, out); }
 size_t dtype_size(DType d);                // 4, 2
 
 using Shape = std::vector<int64_t>;

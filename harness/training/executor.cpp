@@ -3,6 +3,7 @@
 #include <map>
 #include <tuple>
 
+#include "harness/runtime/capture.h"
 #include "harness/runtime/phase.h"
 
 namespace recap::training {
@@ -27,19 +28,6 @@ struct Position {
 void fill_capture_memory(Trainer& t, RunResult& out) {
   out.capture_memory.device = t.dev.memory_stats();
   out.capture_memory.allocator = t.alloc.stats();
-}
-
-// Ends a capture that failed on its origin stream and clears what it left behind: the graph, if
-// one came back, and the device's last error.
-void abandon_capture(Trainer& t, device::Stream origin) {
-  device::CaptureStatus st = device::CaptureStatus::None;
-  t.dev.stream_is_capturing(origin, &st);
-  if (st != device::CaptureStatus::None) {
-    device::Graph g{};
-    t.dev.stream_end_capture(origin, &g);
-    if (g.id != 0) t.dev.graph_destroy(g);
-  }
-  t.dev.get_last_error();
 }
 
 // ---- eager ----------------------------------------------------------------------------------
@@ -190,7 +178,7 @@ class PerLayerGraphs : public Executor {
       }
     } catch (...) {
       out.failure = failure_from_current_exception("capture", pos_.pass, pos_.layer, pos_.microbatch, W);
-      abandon_capture(t_, t_.capture);
+      abandon_capture(t_.dev, t_.capture);
       t_.rng.restore(saved_rng);
       for (Checkpoint* c : t_.checkpoints) c->reset();
       for (auto& row : cap_saved_)
@@ -222,14 +210,7 @@ class PerLayerGraphs : public Executor {
     c.step = step;
     c.phase = forward ? Phase::Forward : Phase::Backward;
 
-    t_.rng.capture_begin();
-    device::Status s = t_.dev.stream_begin_capture(t_.capture, device::CaptureMode::Global);
-    if (!device::ok(s)) {
-      t_.rng.capture_end();
-      throw DeviceError("cudaStreamBeginCapture", s, what);
-    }
-    try {
-      PoolScope in_pool(t_.alloc, pool);
+    runtime::CapturedGraph g = runtime::capture_graph(t_.dev, t_.alloc, t_.rng, t_.capture, pool, what, [&] {
       if (forward) {
         runtime::LayerScope scope(c, layer.name());
         s_out_[l][m] = layer.forward(c, s_in_[l][m], cap_saved_[l][m]);
@@ -238,26 +219,9 @@ class PerLayerGraphs : public Executor {
         runtime::LayerScope scope(c, layer.name());
         s_gin_[l][m] = layer.backward(c, s_gout_[l][m], cap_saved_[l][m]);
       }
-    } catch (...) {
-      abandon_capture(t_, t_.capture);
-      t_.rng.capture_end();
-      throw;
-    }
-    device::Graph g{};
-    s = t_.dev.stream_end_capture(t_.capture, &g);
-    auto rng_states = t_.rng.capture_end();
-    if (!device::ok(s)) {
-      t_.dev.get_last_error();
-      throw DeviceError("cudaStreamEndCapture", s, what);
-    }
-    device::GraphExec ex{};
-    s = t_.dev.graph_instantiate(&ex, g);
-    if (!device::ok(s)) {
-      t_.dev.graph_destroy(g);
-      throw DeviceError("cudaGraphInstantiate", s, what);
-    }
+    });
     index_[{l, m, forward}] = units_.size();
-    units_.push_back(Unit{l, m, forward, g, ex, std::move(rng_states)});
+    units_.push_back(Unit{l, m, forward, g.graph, g.exec, std::move(g.rng)});
   }
 
   void launch_unit(size_t idx, device::Stream s) {
@@ -432,14 +396,7 @@ class FullIterationGraph : public Executor {
       Ctx c = t_.ctx(t_.capture);
       c.step = W;
       pos_ = Position{"capture", "", "", -1, W};
-      t_.rng.capture_begin();
-      device::Status s = t_.dev.stream_begin_capture(t_.capture, device::CaptureMode::Global);
-      if (!device::ok(s)) {
-        t_.rng.capture_end();
-        throw DeviceError("cudaStreamBeginCapture", s, "full-iteration graph");
-      }
-      try {
-        PoolScope in_pool(t_.alloc, pool_);
+      runtime::CapturedGraph g = runtime::capture_graph(t_.dev, t_.alloc, t_.rng, t_.capture, pool_, "full-iteration graph", [&] {
         int f = 0, b = 0;
         for (int e : t_.order) {
           if (e > 0) {
@@ -452,23 +409,14 @@ class FullIterationGraph : public Executor {
             ++b;
           }
         }
-      } catch (...) {
-        abandon_capture(t_, t_.capture);
-        t_.rng.capture_end();
-        throw;
-      }
-      pos_ = Position{"capture", "", "", -1, W};
-      s = t_.dev.stream_end_capture(t_.capture, &graph_);
-      rng_ = t_.rng.capture_end();
-      if (!device::ok(s)) {
-        t_.dev.get_last_error();
-        throw DeviceError("cudaStreamEndCapture", s, "full-iteration graph");
-      }
-      s = t_.dev.graph_instantiate(&exec_, graph_);
-      if (!device::ok(s)) throw DeviceError("cudaGraphInstantiate", s, "full-iteration graph");
+        pos_ = Position{"capture", "", "", -1, W};
+      });
+      graph_ = g.graph;
+      exec_ = g.exec;
+      rng_ = std::move(g.rng);
     } catch (...) {
       out.failure = failure_from_current_exception("capture", pos_.pass, pos_.layer, pos_.microbatch, W);
-      abandon_capture(t_, t_.capture);
+      abandon_capture(t_.dev, t_.capture);
       t_.rng.restore(saved_rng);
       for (Checkpoint* c : t_.checkpoints) c->reset();
       fill_capture_memory(t_, out);

@@ -1,5 +1,7 @@
 #include "harness/training/spec.h"
 
+#include "models/registry.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -13,53 +15,6 @@
 
 namespace recap::training {
 namespace {
-
-struct NameTable {
-  const char* name;
-  int value;
-};
-
-template <typename E, size_t N>
-std::string name_of(const NameTable (&t)[N], E v) {
-  for (const auto& e : t)
-    if (e.value == static_cast<int>(v)) return e.name;
-  return "?";
-}
-template <typename E, size_t N>
-bool from_name(const NameTable (&t)[N], const std::string& s, E* out) {
-  for (const auto& e : t)
-    if (s == e.name) {
-      *out = static_cast<E>(e.value);
-      return true;
-    }
-  return false;
-}
-template <size_t N>
-std::string choices(const NameTable (&t)[N]) {
-  std::string r;
-  for (size_t i = 0; i < N; ++i) r += (i ? ", " : "") + std::string(t[i].name);
-  return r;
-}
-
-const NameTable kGranularity[] = {{"none", 0}, {"full", 1}, {"selective", 2}};
-const NameTable kStyle[] = {{"reentrant", 0}, {"without-output", 1}};
-const NameTable kPolicy[] = {{"naive", 0}, {"skip", 1}, {"graph-safe", 2}};
-const NameTable kExecutor[] = {{"eager", 0}, {"per-layer", 1}, {"full-iteration", 2}};
-const NameTable kWarmupBackward[] = {{"backward", 0}, {"grad-of-inputs", 1}};
-
-const std::vector<std::string>& layer_kinds() {
-  static const std::vector<std::string> k = {"linear",  "layernorm", "rmsnorm",   "gelu", "swiglu",
-                                             "dropout", "attention", "mlp",       "block"};
-  return k;
-}
-bool has_heads(const std::string& kind) { return kind == "attention" || kind == "block"; }
-
-// The sub-module roles each layer kind contains (what models' builders pass to the WrapFn).
-std::vector<std::string> roles_of(const std::string& kind) {
-  if (kind == "block") return {"attn_core", "mlp", "norm"};
-  if (kind == "attention") return {"attn_core"};
-  return {};
-}
 
 std::string join(const std::vector<std::string>& v) {
   std::string r;
@@ -141,9 +96,9 @@ std::string get_string(const Json& j, const std::string& field) {
 }
 
 template <size_t N, typename E>
-void get_enum(const Json& j, const std::string& field, const NameTable (&t)[N], const char* what, E* out) {
+void get_enum(const Json& j, const std::string& field, const EnumName<E> (&t)[N], const char* what, E* out) {
   std::string s = get_string(j, field);
-  if (!from_name(t, s, out)) fail(field, std::string("unknown ") + what + " '" + s + "' (one of: " + choices(t) + ")");
+  if (!from_name(t, s, out)) fail(field, std::string("unknown ") + what + " '" + s + "' (one of: " + names_list(t) + ")");
 }
 
 void check_keys(const Json& obj, const std::string& where, const std::set<std::string>& known) {
@@ -159,8 +114,8 @@ void parse_layer(const Json& j, const std::string& where, models::LayerSpec* ls,
   check_keys(j, where, {"kind", "heads", "ffn_hidden", "dropout", "checkpoint", "checkpoint_modules", "graphed"});
   if (!j.contains("kind")) fail(where + ".kind", "missing");
   ls->kind = get_string(j["kind"], where + ".kind");
-  if (std::find(layer_kinds().begin(), layer_kinds().end(), ls->kind) == layer_kinds().end())
-    fail(where + ".kind", "unknown layer kind '" + ls->kind + "' (one of: " + join(layer_kinds()) + ")");
+  if (!models::find_layer_kind(ls->kind))
+    fail(where + ".kind", "unknown layer kind '" + ls->kind + "' (one of: " + models::layer_kind_list() + ")");
   if (j.contains("heads")) ls->heads = get_int32(j["heads"], where + ".heads");
   if (j.contains("ffn_hidden")) ls->ffn_hidden = get_int32(j["ffn_hidden"], where + ".ffn_hidden");
   if (j.contains("dropout")) ls->dropout = static_cast<float>(get_number(j["dropout"], where + ".dropout"));
@@ -169,7 +124,7 @@ void parse_layer(const Json& j, const std::string& where, models::LayerSpec* ls,
     if (c.is_boolean())
       lf->checkpoint = c.get<bool>() ? CheckpointGranularity::Full : CheckpointGranularity::None;
     else
-      get_enum(c, where + ".checkpoint", kGranularity, "checkpoint granularity", &lf->checkpoint);
+      get_enum(c, where + ".checkpoint", kGranularityNames, "checkpoint granularity", &lf->checkpoint);
   }
   if (j.contains("checkpoint_modules")) {
     const Json& m = j["checkpoint_modules"];
@@ -195,10 +150,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   if (j.contains("expected")) s->expected = j["expected"];
   if (j.contains("hidden")) s->model.hidden = get_int32(j["hidden"], "hidden");
   if (j.contains("tokens")) s->model.tokens = get_int32(j["tokens"], "tokens");
-  if (j.contains("dtype")) {
-    std::string d = get_string(j["dtype"], "dtype");
-    if (!dtype_from_name(d, &s->model.dtype)) fail("dtype", "unknown dtype '" + d + "' (one of: fp32, bf16)");
-  }
+  if (j.contains("dtype")) get_enum(j["dtype"], "dtype", kDTypeNames, "dtype", &s->model.dtype);
   if (!j.contains("layers")) fail("layers", "missing (a case needs at least one layer)");
   const Json& layers = j["layers"];
   if (!layers.is_array()) fail("layers", "expected an array, got " + type_of(layers));
@@ -211,9 +163,9 @@ void parse_case(const Json& j, CaseSpec* s) {
     s->model.layers.push_back(ls);
     s->layers.push_back(lf);
   }
-  if (j.contains("checkpoint_style")) get_enum(j["checkpoint_style"], "checkpoint_style", kStyle, "checkpoint style", &s->style);
-  if (j.contains("policy")) get_enum(j["policy"], "policy", kPolicy, "policy", &s->policy);
-  if (j.contains("executor")) get_enum(j["executor"], "executor", kExecutor, "executor", &s->executor);
+  if (j.contains("checkpoint_style")) get_enum(j["checkpoint_style"], "checkpoint_style", kStyleNames, "checkpoint style", &s->style);
+  if (j.contains("policy")) get_enum(j["policy"], "policy", kPolicyNames, "policy", &s->policy);
+  if (j.contains("executor")) get_enum(j["executor"], "executor", kExecutorNames, "executor", &s->executor);
   if (j.contains("warmup")) s->warmup = get_int32(j["warmup"], "warmup");
   if (j.contains("replays")) s->replays = get_int32(j["replays"], "replays");
   if (j.contains("microbatches")) s->microbatches = get_int32(j["microbatches"], "microbatches");
@@ -224,16 +176,13 @@ void parse_case(const Json& j, CaseSpec* s) {
     for (size_t i = 0; i < o.size(); ++i) s->order.push_back(get_int32(o[i], "microbatch_order[" + std::to_string(i) + "]"));
   }
   if (j.contains("generator")) {
-    std::string g = get_string(j["generator"], "generator");
-    if (!generator_mode_from_name(g, &s->generator)) fail("generator", "unknown generator mode '" + g + "' (one of: host, graph-safe)");
+    get_enum(j["generator"], "generator", kGeneratorModeNames, "generator mode", &s->generator);
   }
   if (j.contains("device_state")) {
-    std::string g = get_string(j["device_state"], "device_state");
-    if (!device_state_model_from_name(g, &s->device_state))
-      fail("device_state", "unknown device-state model '" + g + "' (one of: shared, per-capture)");
+    get_enum(j["device_state"], "device_state", kDeviceStateModelNames, "device-state model", &s->device_state);
   }
   if (j.contains("warmup_backward"))
-    get_enum(j["warmup_backward"], "warmup_backward", kWarmupBackward, "warmup backward style", &s->warmup_backward);
+    get_enum(j["warmup_backward"], "warmup_backward", kWarmupBackwardNames, "warmup backward style", &s->warmup_backward);
   if (j.contains("shared_pool")) s->shared_pool = get_bool(j["shared_pool"], "shared_pool");
   if (j.contains("seeds")) {
     const Json& sd = j["seeds"];
@@ -251,17 +200,6 @@ std::string range_error(const std::string& field, int64_t lo, int64_t hi, int64_
 }
 
 }  // namespace
-
-std::string granularity_name(CheckpointGranularity g) { return name_of(kGranularity, g); }
-std::string style_name(CheckpointStyle s) { return name_of(kStyle, s); }
-std::string policy_name(CheckpointPolicy p) { return name_of(kPolicy, p); }
-std::string executor_name(ExecutorKind e) { return name_of(kExecutor, e); }
-std::string warmup_backward_name(WarmupBackward w) { return name_of(kWarmupBackward, w); }
-bool granularity_from_name(const std::string& s, CheckpointGranularity* out) { return from_name(kGranularity, s, out); }
-bool style_from_name(const std::string& s, CheckpointStyle* out) { return from_name(kStyle, s, out); }
-bool policy_from_name(const std::string& s, CheckpointPolicy* out) { return from_name(kPolicy, s, out); }
-bool executor_from_name(const std::string& s, ExecutorKind* out) { return from_name(kExecutor, s, out); }
-bool warmup_backward_from_name(const std::string& s, WarmupBackward* out) { return from_name(kWarmupBackward, s, out); }
 
 const std::vector<std::string>& selective_roles() {
   static const std::vector<std::string> r = {"attn_core", "mlp", "norm"};
@@ -296,10 +234,10 @@ std::string validate(const CaseSpec& s) {
     const auto& l = m.layers[i];
     const auto& f = s.layers[i];
     std::string at = "layers[" + std::to_string(i) + "]";
-    if (std::find(layer_kinds().begin(), layer_kinds().end(), l.kind) == layer_kinds().end())
-      return at + ".kind: unknown layer kind '" + l.kind + "' (one of: " + join(layer_kinds()) + ")";
+    const models::LayerKind* kind = models::find_layer_kind(l.kind);
+    if (!kind) return at + ".kind: unknown layer kind '" + l.kind + "' (one of: " + models::layer_kind_list() + ")";
     if (l.heads < 1 || l.heads > 64) return range_error(at + ".heads", 1, 64, l.heads);
-    if (has_heads(l.kind) && m.hidden % l.heads != 0)
+    if (kind->uses_heads && m.hidden % l.heads != 0)
       return at + ".heads: hidden " + std::to_string(m.hidden) + " is not divisible by heads " + std::to_string(l.heads);
     if (l.ffn_hidden < 0 || l.ffn_hidden > 16384) return range_error(at + ".ffn_hidden", 0, 16384, l.ffn_hidden);
     if (!(l.dropout >= 0.0f && l.dropout < 1.0f))
@@ -314,7 +252,7 @@ std::string validate(const CaseSpec& s) {
         if (std::find(selective_roles().begin(), selective_roles().end(), r) == selective_roles().end())
           return mf + ": unknown module '" + r + "' (one of: " + join(selective_roles()) + ")";
         if (!seen.insert(r).second) return mf + ": module '" + r + "' named twice";
-        auto has = roles_of(l.kind);
+        const auto& has = kind->roles;
         if (std::find(has.begin(), has.end(), r) == has.end())
           return mf + ": a '" + l.kind + "' layer has no '" + r + "' module (" +
                  (has.empty() ? std::string("it has none; checkpoint it whole with \"full\"") : "it has: " + join(has)) + ")";
@@ -380,7 +318,7 @@ Json case_to_json(const CaseSpec& s) {
     const auto& l = s.model.layers[i];
     Json e;
     e["kind"] = l.kind;
-    if (has_heads(l.kind)) e["heads"] = l.heads;
+    if (models::find_layer_kind(l.kind)->uses_heads) e["heads"] = l.heads;
     if (l.ffn_hidden != 0) e["ffn_hidden"] = l.ffn_hidden;
     e["dropout"] = float_for_json(l.dropout);
     const LayerFlags f = i < s.layers.size() ? s.layers[i] : LayerFlags{};

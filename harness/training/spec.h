@@ -53,16 +53,32 @@ enum class CheckpointPolicy { Naive, Skip, GraphSafe };
 enum class ExecutorKind { Eager, PerLayer, FullIteration };
 enum class WarmupBackward { Backward, GradOfInputs };
 
-std::string granularity_name(CheckpointGranularity g);  // "none", "full", "selective"
-std::string style_name(CheckpointStyle s);              // "reentrant", "without-output"
-std::string policy_name(CheckpointPolicy p);            // "naive", "skip", "graph-safe"
-std::string executor_name(ExecutorKind e);              // "eager", "per-layer", "full-iteration"
-std::string warmup_backward_name(WarmupBackward w);     // "backward", "grad-of-inputs"
-bool granularity_from_name(const std::string& s, CheckpointGranularity* out);
-bool style_from_name(const std::string& s, CheckpointStyle* out);
-bool policy_from_name(const std::string& s, CheckpointPolicy* out);
-bool executor_from_name(const std::string& s, ExecutorKind* out);
-bool warmup_backward_from_name(const std::string& s, WarmupBackward* out);
+inline constexpr EnumName<CheckpointGranularity> kGranularityNames[] = {{CheckpointGranularity::None, "none"},
+                                                                        {CheckpointGranularity::Full, "full"},
+                                                                        {CheckpointGranularity::Selective, "selective"}};
+inline constexpr EnumName<CheckpointStyle> kStyleNames[] = {{CheckpointStyle::Reentrant, "reentrant"},
+                                                            {CheckpointStyle::WithoutOutput, "without-output"}};
+inline constexpr EnumName<CheckpointPolicy> kPolicyNames[] = {
+    {CheckpointPolicy::Naive, "naive"}, {CheckpointPolicy::Skip, "skip"}, {CheckpointPolicy::GraphSafe, "graph-safe"}};
+inline constexpr EnumName<ExecutorKind> kExecutorNames[] = {{ExecutorKind::Eager, "eager"},
+                                                            {ExecutorKind::PerLayer, "per-layer"},
+                                                            {ExecutorKind::FullIteration, "full-iteration"}};
+inline constexpr EnumName<WarmupBackward> kWarmupBackwardNames[] = {{WarmupBackward::Backward, "backward"},
+                                                                    {WarmupBackward::GradOfInputs, "grad-of-inputs"}};
+inline std::string granularity_name(CheckpointGranularity g) { return name_of(kGranularityNames, g); }
+inline std::string style_name(CheckpointStyle s) { return name_of(kStyleNames, s); }
+inline std::string policy_name(CheckpointPolicy p) { return name_of(kPolicyNames, p); }
+inline std::string executor_name(ExecutorKind e) { return name_of(kExecutorNames, e); }
+inline std::string warmup_backward_name(WarmupBackward w) { return name_of(kWarmupBackwardNames, w); }
+inline bool granularity_from_name(const std::string& s, CheckpointGranularity* out) {
+  return from_name(kGranularityNames, s, out);
+}
+inline bool style_from_name(const std::string& s, CheckpointStyle* out) { return from_name(kStyleNames, s, out); }
+inline bool policy_from_name(const std::string& s, CheckpointPolicy* out) { return from_name(kPolicyNames, s, out); }
+inline bool executor_from_name(const std::string& s, ExecutorKind* out) { return from_name(kExecutorNames, s, out); }
+inline bool warmup_backward_from_name(const std::string& s, WarmupBackward* out) {
+  return from_name(kWarmupBackwardNames, s, out);
+}
 
 // Sub-module roles a selective checkpoint may name (models::WrapFn roles, "block" excepted).
 const std::vector<std::string>& selective_roles();  // attn_core, mlp, norm

@@ -59,10 +59,6 @@ class RefLayer {
   virtual Vec backward(const Vec& dy) = 0;
 };
 
-namespace {
-
-std::string join(const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; }
-
 struct Store {
   const Params& params;
   Params& grads;
@@ -77,6 +73,10 @@ struct Store {
   }
   Vec* grad(const std::string& name) { return &grads.at(name); }
 };
+
+namespace {
+
+std::string join(const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; }
 
 std::vector<uint8_t> get_mask(const MaskFn& masks, const std::string& layer, const std::string& op, uint64_t n, float p) {
   if (!masks) throw std::invalid_argument("reference: dropout at " + layer + " needs a mask function");
@@ -415,28 +415,46 @@ class RefBlock : public RefLayer {
 
 }  // namespace
 
+// ---- the registry's factories ---------------------------------------------------------------------
+
+std::unique_ptr<RefLayer> make_linear(Store& s, const LayerArgs& a) {
+  return std::make_unique<RefLinear>(s, a.name, a.hidden, a.hidden, true);
+}
+std::unique_ptr<RefLayer> make_gelu(Store&, const LayerArgs&) { return std::make_unique<RefGelu>(); }
+std::unique_ptr<RefLayer> make_dropout(Store&, const LayerArgs& a) {
+  return std::make_unique<RefDropout>(a.name, a.dropout, "dropout");
+}
+std::unique_ptr<RefLayer> make_layernorm(Store& s, const LayerArgs& a) {
+  return std::make_unique<RefNorm>(s, a.name, a.hidden, false);
+}
+std::unique_ptr<RefLayer> make_rmsnorm(Store& s, const LayerArgs& a) {
+  return std::make_unique<RefNorm>(s, a.name, a.hidden, true);
+}
+std::unique_ptr<RefLayer> make_swiglu(Store& s, const LayerArgs& a) {
+  return std::make_unique<RefSwiGlu>(s, a.name, a.hidden, a.ffn);
+}
+std::unique_ptr<RefLayer> make_mlp_layer(Store& s, const LayerArgs& a) {
+  return make_mlp(s, a.name, a.hidden, a.ffn, a.dropout);
+}
+std::unique_ptr<RefLayer> make_attention_layer(Store& s, const LayerArgs& a) {
+  return make_attention(s, a.name, a.hidden, a.heads, a.dropout);
+}
+std::unique_ptr<RefLayer> make_block(Store& s, const LayerArgs& a) {
+  return std::make_unique<RefBlock>(s, a.name, a.hidden, a.heads, a.ffn, a.dropout);
+}
+
 // ---- model ------------------------------------------------------------------------------------------
 
 RefModel::RefModel(const ModelSpec& spec, const Params& params) : spec_(spec), params_(params) {
   std::string problem = validate(spec);
   if (!problem.empty()) throw std::invalid_argument("reference: invalid model spec: " + problem);
   Store s{params_, grads_};
-  const int64_t h = spec.hidden;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];
     const std::string name = l.kind + std::to_string(i);
-    const int64_t ffn = l.ffn_hidden > 0 ? l.ffn_hidden : 4 * h;
-    std::unique_ptr<RefLayer> layer;
-    if (l.kind == "linear") layer = std::make_unique<RefLinear>(s, name, h, h, true);
-    else if (l.kind == "layernorm") layer = std::make_unique<RefNorm>(s, name, h, false);
-    else if (l.kind == "rmsnorm") layer = std::make_unique<RefNorm>(s, name, h, true);
-    else if (l.kind == "gelu") layer = std::make_unique<RefGelu>();
-    else if (l.kind == "swiglu") layer = std::make_unique<RefSwiGlu>(s, name, h, ffn);
-    else if (l.kind == "dropout") layer = std::make_unique<RefDropout>(name, l.dropout, "dropout");
-    else if (l.kind == "attention") layer = make_attention(s, name, h, l.heads, l.dropout);
-    else if (l.kind == "mlp") layer = make_mlp(s, name, h, ffn, l.dropout);
-    else if (l.kind == "block") layer = std::make_unique<RefBlock>(s, name, h, l.heads, ffn, l.dropout);
-    else throw std::invalid_argument("reference: unknown kind " + l.kind);
+    const LayerKind* kind = find_layer_kind(l.kind);
+    if (!kind) throw std::invalid_argument("reference: unknown kind " + l.kind);
+    std::unique_ptr<RefLayer> layer = kind->make_reference(s, layer_args(spec, l, name));
     layers_.push_back(std::move(layer));
   }
   if (grads_.size() != params_.size())

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "models/registry.h"
 
 namespace recap::models::reference {
 
@@ -37,6 +38,18 @@ constexpr double kNormEps = 1e-5;
 
 // ---- the model -------------------------------------------------------------------------------------
 class RefLayer;
+struct Store;  // where reference layers find their parameters and put their gradients
+
+// The reference layer of each kind (models/registry.h's make_reference).
+std::unique_ptr<RefLayer> make_linear(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_gelu(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_dropout(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_layernorm(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_rmsnorm(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_swiglu(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_mlp_layer(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_attention_layer(Store& s, const LayerArgs& a);
+std::unique_ptr<RefLayer> make_block(Store& s, const LayerArgs& a);
 
 class RefModel {
  public:

@@ -14,7 +14,7 @@ TEST(FuzzProbe, DISABLED_Throughput) {
   o.seed = 1;
   o.cases = std::getenv("CASES") ? std::atoi(std::getenv("CASES")) : 200;
   if (const char* p = std::getenv("POLICY")) {
-    training::CheckpointPolicy pol;
+    training::CheckpointPolicy pol = training::CheckpointPolicy::GraphSafe;
     ASSERT_TRUE(training::policy_from_name(p, &pol));
     o.gen.policy = pol;
   }

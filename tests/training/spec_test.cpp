@@ -48,8 +48,8 @@ TEST(Spec, DefaultsNeedOnlyLayers) {
 
 TEST(Spec, ErrorsNameTheField) {
   EXPECT_EQ(error_of(R"({"layers": [{"kind": "mlp"}, {"kind": "mlp"}, {"kind": "conv"}]})"),
-            "layers[2].kind: unknown layer kind 'conv' (one of: linear, layernorm, rmsnorm, gelu, swiglu, dropout, "
-            "attention, mlp, block)");
+            "layers[2].kind: unknown layer kind 'conv' (one of: linear, gelu, dropout, layernorm, rmsnorm, swiglu, "
+            "mlp, attention, block)");
   EXPECT_EQ(error_of(R"({"hidden": -3, "layers": [{"kind": "mlp"}]})"), "hidden must be in [1, 4096], got -3");
   EXPECT_EQ(error_of(R"({"microbatches": 2, "microbatch_order": [1, 1, 1, -1, -1], "layers": [{"kind": "mlp"}]})"),
             "microbatch_order: 3 forwards but 2 backwards");
