@@ -10,18 +10,35 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <sstream>
 #include <unordered_map>
 
 #include <rapidcheck/Check.h>
 #include <rapidcheck/detail/TestListener.h>
 
-namespace rc::detail {
-// Defined in librapidcheck (src/detail/ReproduceMap... ), not declared by its installed headers.
-std::string reproduceMapToString(const std::unordered_map<std::string, Reproduce>& reproduceMap);
-}  // namespace rc::detail
-
 namespace recap::properties {
+
+namespace {
+// RapidCheck's reproduce string for one failure, through its installed API: the `reproduce=` entry
+// of the configuration string that would replay it (RC_PARAMS="reproduce=...").
+std::string reproduce_string(const std::string& test_id, const rc::detail::Reproduce& r) {
+  rc::detail::Configuration c;
+  c.reproduce = {{test_id, r}};
+  const std::string all = rc::detail::configToString(c);
+  const size_t at = all.find("reproduce=");
+  if (at == std::string::npos) return "";
+  return all.substr(at, all.find(' ', at) == std::string::npos ? std::string::npos : all.find(' ', at) - at);
+}
+
+// What RC_PARAMS asks RapidCheck to reproduce. RapidCheck's configuration is read only when the
+// variable is set: reading it prints "Using configuration: seed=..." on stderr, and recap prints
+// its own seed line.
+const std::unordered_map<std::string, rc::detail::Reproduce>& requested_reproductions() {
+  static const std::unordered_map<std::string, rc::detail::Reproduce> none;
+  return std::getenv("RC_PARAMS") ? rc::detail::configuration().reproduce : none;
+}
+}  // namespace
 
 using training::CaseSpec;
 
@@ -193,7 +210,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
     meta.description = "recap fuzz chunk " + std::to_string(c);
     Listener listener;
     rc::detail::TestResult result =
-        rc::detail::checkProperty(rc::detail::toProperty(prop), meta, params, listener);
+        rc::detail::checkProperty(rc::detail::toProperty(prop), meta, params, listener, requested_reproductions());
 
     rc::detail::FailureResult failure;
     if (result.match(failure) && last_failing) {
@@ -203,8 +220,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
       cx.property = first_failing_property(*last_failing);
       cx.shrinks = listener.accepted;
       cx.seed = opts.seed;
-      std::unordered_map<std::string, rc::detail::Reproduce> m{{meta.id, failure.reproduce}};
-      cx.reproduce = "RC_PARAMS=\"reproduce=" + rc::detail::reproduceMapToString(m) + "\"";
+      cx.reproduce = "RC_PARAMS=\"" + reproduce_string(meta.id, failure.reproduce) + "\"";
       cx.description = failure.description;
       st.failures.push_back(std::move(cx));
       report_progress();

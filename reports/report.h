@@ -29,6 +29,8 @@ struct RunContext {
   int cases_requested = 0;
   int jobs = 1;
   std::string shard;        // "i/n"
+  int shard_count = 1;      // n
+  bool isolate = false;     // workers even with one job
   std::string started_utc;  // ISO 8601
   std::string host;
 };

@@ -21,26 +21,19 @@ int fuzz(const FuzzFlags& f) {
   CampaignResult r = run_campaign(o);
   if (worker) {
     // A worker hands everything to its parent, which saves the corpus and writes the reports.
-    write_file_or_throw(o.worker_out, campaign_to_json(r).dump() + "\n", "--worker-out");
+    reports::write_or_throw(o.worker_out, reports::campaign_to_json(r).dump() + "\n", "--worker-out");
     return kExitOk;
   }
   save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings);
-  print_summary("recap fuzz", r, o);
   bool failed = !r.failures.empty() || !r.crashes.empty();
   int rc = failed ? kExitFailed : kExitOk;
-  reports::RunContext ctx = run_context("fuzz", o, device);
-  if (!f.report.empty()) {
-    Json extra = Json::object();
-    extra["exit_code"] = rc;
-    write_file_or_throw(f.report, make_report(ctx, &r, nullptr, extra).dump(2) + "\n", "--report");
-  }
-  if (!f.junit.empty()) {
-    std::string ts = ctx.started_utc.substr(0, 19);
-    reports::JUnitSuite s = properties_suite(r, ts);
-    s.hostname = ctx.host;
-    s.properties = {{"seed", std::to_string(o.fuzz.seed)}, {"backend", o.backend}, {"cases", std::to_string(r.cases)}};
-    write_file_or_throw(f.junit, reports::junit_xml({s}), "--junit");
-  }
+  reports::Outcome out;
+  out.title = "recap fuzz";
+  out.context = run_context("fuzz", o, device);
+  out.campaign = &r;
+  out.properties = checked_properties(f.properties);
+  out.exit_code = rc;
+  report_outcome(out, f.report, f.junit);
   return rc;
 }
 

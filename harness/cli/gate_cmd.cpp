@@ -43,7 +43,6 @@ int gate(GateArgs a) {
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);
   reports::RunContext ctx = run_context("gate", o, device);
-  std::string ts = ctx.started_utc.substr(0, 19);
 
   // 1. corpus replays (each file's own expected verdict; the flag only for the fuzz budget)
   std::printf("recap gate: replaying %zu corpus case%s from %s\n", files.size(), files.size() == 1 ? "" : "s",
@@ -55,13 +54,19 @@ int gate(GateArgs a) {
     const auto& r = replays.back();
     differ += !r.as_expected;
     std::printf("  %-60s %-9s %s\n", files[i].c_str(), r.disposition.c_str(),
-                r.as_expected ? "as expected" : ("DIFFERS: " + r.mismatch + "; " + replay_command(files[i])).c_str());
+                r.as_expected ? "as expected" : ("DIFFERS: " + r.mismatch + "; " + reports::replay_command(files[i])).c_str());
   }
 
   // 2. the fuzz budget
   CampaignResult r = run_campaign(o);
   save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings);
-  print_summary("recap gate: fuzz", r, o);
+  reports::Outcome out;
+  out.title = "recap gate: fuzz";
+  out.context = ctx;
+  out.campaign = &r;
+  out.replays = &replays;
+  out.properties = checked_properties(f.properties);
+  reports::ConsoleReporter().report(out);
 
   // 3. coverage
   const auto& reqs = reports::default_coverage(!o.policy.empty());
@@ -76,66 +81,11 @@ int gate(GateArgs a) {
               r.failures.size() == 1 ? "" : "s", r.crashes.size(), r.crashes.size() == 1 ? "" : "es", cov.size(),
               cov.size() == 1 ? "" : "s");
 
-  if (!f.report.empty()) {
-    Json extra = Json::object();
-    Json creq = Json::array();
-    for (const auto& q : reqs) {
-      int n = r.classification.count(q.label) ? r.classification.at(q.label) : 0;
-      creq.push_back({{"label", q.label},
-                      {"min_share", q.min_share},
-                      {"count", n},
-                      {"share", r.cases ? double(n) / r.cases : 0.0},
-                      {"met", r.cases == 0 || double(n) / r.cases + 1e-12 >= q.min_share},
-                      {"why", q.why}});
-    }
-    extra["coverage"] = {{"checked", !a.no_coverage}, {"ok", cov.empty()}, {"requirements", creq}, {"shortfalls", cov}};
-    extra["exit_code"] = rc;
-    write_file_or_throw(f.report, make_report(ctx, &r, &replays, extra).dump(2) + "\n", "--report");
-  }
-  if (!f.junit.empty()) {
-    reports::JUnitSuite corpus;
-    corpus.name = "recap.corpus";
-    corpus.timestamp = ts;
-    corpus.hostname = ctx.host;
-    for (const auto& rp : replays) {
-      reports::JUnitCase c;
-      c.name = std::filesystem::path(rp.path).filename().string();
-      c.classname = "recap.corpus";
-      c.seconds = rp.seconds;
-      if (!rp.as_expected) {
-        c.failure_kind = rp.disposition == "crashed" ? "error" : "failure";
-        c.failure_type = rp.disposition;
-        c.message = rp.mismatch + "; replay: " + replay_command(rp.path);
-        c.text = c.message + "\n" + rp.first_failure + "\n";
-      }
-      corpus.cases.push_back(c);
-    }
-    reports::JUnitSuite props = properties_suite(r, ts);
-    props.hostname = ctx.host;
-    props.properties = {{"seed", std::to_string(o.fuzz.seed)}, {"backend", o.backend}, {"cases", std::to_string(r.cases)}};
-    reports::JUnitSuite covs;
-    covs.name = "recap.coverage";
-    covs.timestamp = ts;
-    covs.hostname = ctx.host;
-    for (const auto& q : reqs) {
-      reports::JUnitCase c;
-      c.name = q.label;
-      c.classname = "recap.coverage";
-      if (a.no_coverage) {
-        c.skipped = true;
-        c.skip_message = "--no-coverage";
-      }
-      for (const auto& line : cov)
-        if (line.find(" " + q.label + " in ") != std::string::npos) {
-          c.failure_kind = "failure";
-          c.failure_type = "coverage";
-          c.message = line;
-          c.text = line + "\n" + q.why + "\n";
-        }
-      covs.cases.push_back(c);
-    }
-    write_file_or_throw(f.junit, reports::junit_xml({corpus, props, covs}), "--junit");
-  }
+  reports::CoverageOutcome coverage{!a.no_coverage, reqs, cov};
+  out.coverage = &coverage;
+  out.exit_code = rc;
+  if (!f.report.empty()) reports::JsonReporter(f.report).report(out);
+  if (!f.junit.empty()) reports::JUnitReporter(f.junit).report(out);
   return rc;
 }
 

@@ -4,6 +4,7 @@
 
 #include "harness/cli/cli.h"
 #include "properties/oracles.h"
+#include "reports/reporter.h"
 
 namespace recap::cli {
 
@@ -78,6 +79,9 @@ int main(int argc, char** argv) {
   try {
     return run();
   } catch (const UsageError& e) {
+    std::fprintf(stderr, "recap: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const recap::reports::WriteError& e) {
     std::fprintf(stderr, "recap: error: %s\n", e.what());
     return kExitUsage;
   }

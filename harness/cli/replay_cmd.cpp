@@ -249,7 +249,8 @@ int replay(const ReplayArgs& a) {
   if (a.files.size() > 1)
     std::printf("replay: %zu files, %zu as expected, %d differ\n", a.files.size(), a.files.size() - differ, differ);
   if (!a.report.empty()) {
-    reports::RunContext ctx;
+    reports::Outcome out;
+    reports::RunContext& ctx = out.context;
     ctx.command = "replay";
     ctx.recap_version = "0.1.0";
     ctx.git_commit = reports::git_commit();
@@ -257,9 +258,9 @@ int replay(const ReplayArgs& a) {
     ctx.properties = a.properties;
     ctx.device = open_device(a.backend)->name();
     ctx.started_utc = reports::utc_now_iso8601();
-    Json extra = Json::object();
-    extra["exit_code"] = differ ? kExitFailed : kExitOk;
-    write_file_or_throw(a.report, make_report(ctx, nullptr, &outs, extra).dump(2) + "\n", "--report");
+    out.replays = &outs;
+    out.exit_code = differ ? kExitFailed : kExitOk;
+    reports::JsonReporter(a.report).report(out);
   }
   return differ ? kExitFailed : kExitOk;
 }

@@ -1,0 +1,111 @@
+// The flags fuzz and gate share, and what they resolve to: the campaign's options and the report's
+// run context.
+#include <unistd.h>
+
+#include <random>
+
+#include "harness/cli/campaign.h"
+#include "harness/cli/cli.h"
+
+namespace recap::cli {
+
+void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
+  add_backend_option(*cmd, &f->backend);
+  add_property_option(*cmd, &f->properties);
+  cmd->add_option("--cases", f->cases, "Cases to generate (all shards and jobs together)")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
+  cmd->add_option("--time-budget", f->time_budget, "Stop starting new cases after this many seconds (0: no limit)")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--seed", f->seed, "Campaign seed (an unsigned integer); random when absent, and then printed");
+  cmd->add_option("--policy", f->policy, "Checkpoint policy of every case: naive, skip or graph-safe (drawn when absent)")
+      ->check(CLI::IsMember({"naive", "skip", "graph-safe"}));
+  cmd->add_option("--jobs", f->jobs, "Worker processes on this machine (each runs a shard; a crash costs one worker)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_flag("--isolate", f->isolate, "Run in a worker process even with one job (crash isolation)");
+  cmd->add_option("--shard", f->shard,
+                  "Run shard i of n (i/n, 0-based); GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS when absent");
+  cmd->add_option("--report", f->report, "Write the JSON report here (schema recap.report/1)");
+  cmd->add_option("--corpus-dir", f->corpus_dir, "Where shrunk counterexamples are written")->capture_default_str();
+  cmd->add_flag("--require-memory-savings", f->require_memory_savings,
+                "Recompute that saves no activation memory inside graphs (the skip policy) is a failure, not a finding");
+  cmd->add_option("--junit", f->junit, "Write JUnit XML here (one test case per property)");
+  cmd->add_option("--worker-out", f->worker_out, "internal: run as a worker, write the result here")->group("");
+}
+
+CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::string* device_name) {
+  CampaignOptions o;
+  {
+    auto dev = open_device(f.backend);
+    o.backend = dev->backend() == device::Backend::Sim ? "sim" : "cuda";
+    *device_name = dev->name();
+    o.fuzz.gen.backend = dev->backend();
+    o.fuzz.oracle.backend = dev->backend() == device::Backend::Sim ? device::BackendChoice::Sim : device::BackendChoice::Cuda;
+  }
+  *seed_random = f.seed.empty();
+  if (f.seed.empty()) {
+    std::random_device rd;
+    o.fuzz.seed = (uint64_t(rd()) << 32 | rd()) % 1000000000000ull;
+  } else {
+    size_t pos = 0;
+    bool ok = !f.seed.empty() && f.seed[0] != '-';
+    try {
+      if (ok) o.fuzz.seed = std::stoull(f.seed, &pos);
+    } catch (const std::logic_error&) {
+      ok = false;
+    }
+    if (!ok || pos != f.seed.size()) throw UsageError("--seed must be an unsigned integer, got '" + f.seed + "'");
+  }
+  o.fuzz.cases = f.cases;
+  o.fuzz.time_budget_s = f.time_budget;
+  resolve_shard(f.shard, &o.fuzz.shard_index, &o.fuzz.shard_count);
+  o.policy = f.policy;
+  if (!f.policy.empty()) {
+    training::CheckpointPolicy p = training::CheckpointPolicy::GraphSafe;  // --policy was checked by CLI11
+    training::policy_from_name(f.policy, &p);
+    o.fuzz.gen.policy = p;
+  }
+  o.fuzz.oracle.require_memory_savings = f.require_memory_savings;
+  o.fuzz.oracle.properties = f.properties;
+  o.jobs = f.jobs;
+  o.isolate = f.isolate;
+  o.worker_out = f.worker_out;
+  o.progress = f.worker_out.empty() && isatty(STDERR_FILENO);
+  return o;
+}
+
+reports::RunContext run_context(const char* command, const CampaignOptions& o, const std::string& device_name) {
+  reports::RunContext c;
+  c.command = command;
+  c.recap_version = "0.1.0";
+  c.git_commit = reports::git_commit();
+  c.backend = o.backend;
+  c.device = device_name;
+  c.seed = o.fuzz.seed;
+  c.policy = o.policy;
+  c.properties = o.fuzz.oracle.properties;
+  c.cases_requested = o.fuzz.cases;
+  c.jobs = o.jobs;
+  c.shard = std::to_string(o.fuzz.shard_index) + "/" + std::to_string(o.fuzz.shard_count);
+  c.shard_count = o.fuzz.shard_count;
+  c.isolate = o.isolate;
+  c.started_utc = reports::utc_now_iso8601();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  c.host = host;
+  return c;
+}
+
+std::vector<std::string> checked_properties(const std::vector<std::string>& selected) {
+  return selected.empty() ? properties::property_names() : selected;
+}
+
+void report_outcome(const reports::Outcome& o, const std::string& report_path, const std::string& junit_path) {
+  std::vector<std::unique_ptr<reports::Reporter>> reporters;
+  reporters.push_back(std::make_unique<reports::ConsoleReporter>());
+  if (!report_path.empty()) reporters.push_back(std::make_unique<reports::JsonReporter>(report_path));
+  if (!junit_path.empty()) reporters.push_back(std::make_unique<reports::JUnitReporter>(junit_path));
+  for (auto& r : reporters) r->report(o);
+}
+
+}  // namespace recap::cli

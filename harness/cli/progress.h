@@ -1,0 +1,10 @@
+// The progress line a campaign keeps updated on a terminal's stderr (nothing when stderr is not a
+// terminal): cases done, cases/s, failures, time left.
+#pragma once
+
+namespace recap::cli {
+
+void progress_line(int done, int total, int failures, double elapsed_s, double left_s);  // left_s < 0: no budget
+void clear_progress_line();
+
+}  // namespace recap::cli

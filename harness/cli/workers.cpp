@@ -1,0 +1,167 @@
+// Worker processes (--jobs N, --isolate): recap itself, one sub-shard each, started with
+// posix_spawn and read back as JSON (reports::campaign_to_json). A worker that dies (a signal, an
+// abort, a sticky CUDA error that ends the process) is recorded as `crashed` with its shard and
+// reproduce command; the others go on. Each worker keeps a .progress file (cases done, failures)
+// that the parent reads for its progress line and, after a crash, for how far the shard got.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "harness/cli/campaign.h"
+#include "harness/cli/cli.h"
+#include "harness/cli/progress.h"
+
+extern char** environ;
+
+namespace recap::cli {
+
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw UsageError("cannot find the recap executable (/proc/self/exe): " + ec.message());
+  return p.string();
+}
+
+std::string signal_text(int sig) {
+  const char* d = strsignal(sig);
+  return "signal " + std::to_string(sig) + (d ? std::string(" (") + d + ")" : "");
+}
+
+struct Worker {
+  pid_t pid = -1;
+  int shard = 0, count = 1;
+  std::string out;
+  bool done = false;
+};
+
+int read_progress(const std::string& out, int* failures) {
+  std::ifstream in(out + ".progress");
+  int d = 0, f = 0;
+  in >> d >> f;
+  if (failures) *failures = f;
+  return d;
+}
+
+}  // namespace
+
+CampaignResult run_workers(const CampaignOptions& o) {
+  int jobs = std::max(1, o.jobs);
+  // Sub-shards of this process's shard: fuzz() deals chunk c to shard c mod n, so shard i of n
+  // split in `jobs` is shards i + n*j of n*jobs.
+  int n = o.fuzz.shard_count, i = o.fuzz.shard_index;
+  std::string exe = self_exe();
+  char tmpl[] = "/tmp/recap-fuzz-XXXXXX";
+  if (!mkdtemp(tmpl)) throw UsageError(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+  std::string dir = tmpl;
+  auto t0 = std::chrono::steady_clock::now();
+
+  std::vector<Worker> workers;
+  for (int j = 0; j < jobs; ++j) {
+    Worker w;
+    w.shard = i + n * j;
+    w.count = n * jobs;
+    w.out = dir + "/shard-" + std::to_string(w.shard) + ".json";
+    std::vector<std::string> args = {exe, "fuzz", "--backend", o.backend, "--cases", std::to_string(o.fuzz.cases),
+                                     "--seed", std::to_string(o.fuzz.seed), "--shard",
+                                     std::to_string(w.shard) + "/" + std::to_string(w.count), "--worker-out", w.out};
+    if (o.fuzz.time_budget_s > 0) {
+      args.push_back("--time-budget");
+      args.push_back(std::to_string(o.fuzz.time_budget_s));
+    }
+    if (!o.policy.empty()) {
+      args.push_back("--policy");
+      args.push_back(o.policy);
+    }
+    if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
+    for (const auto& p : o.fuzz.oracle.properties) {
+      args.push_back("--property");
+      args.push_back(p);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawn(&w.pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw UsageError("cannot start a worker process (" + exe + "): " + std::strerror(rc));
+    workers.push_back(w);
+  }
+
+  CampaignResult all;
+  size_t running = workers.size();
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  while (running > 0) {
+    for (auto& w : workers) {
+      if (w.done) continue;
+      int status = 0;
+      pid_t r = waitpid(w.pid, &status, WNOHANG);
+      if (r == 0) continue;
+      w.done = true;
+      --running;
+      std::string shard = std::to_string(w.shard) + "/" + std::to_string(w.count);
+      bool clean = r == w.pid && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1);
+      CampaignResult part;
+      bool loaded = false;
+      if (clean) {
+        std::ifstream in(w.out);
+        try {
+          part = reports::campaign_from_json(Json::parse(in));
+          loaded = true;
+        } catch (const std::exception&) {
+        }
+      }
+      if (!loaded) {
+        int failures = 0;
+        int done = read_progress(w.out, &failures);
+        std::string how = r != w.pid            ? "was lost"
+                          : WIFSIGNALED(status) ? "died of " + signal_text(WTERMSIG(status))
+                          : WIFEXITED(status)   ? "exited with code " + std::to_string(WEXITSTATUS(status))
+                                                : "stopped";
+        std::string line = "shard " + shard + " " + how + " after " + std::to_string(done) +
+                           " of its cases (case " + std::to_string(done + 1) + " of the shard crashed); reproduce: recap fuzz --backend " +
+                           o.backend + " --seed " + std::to_string(o.fuzz.seed) + " --cases " +
+                           std::to_string(o.fuzz.cases) + (o.policy.empty() ? "" : " --policy " + o.policy) +
+                           " --shard " + shard;
+        part.crashes.push_back(line);
+        part.cases = done + 1;
+        part.by_disposition["crashed"] = 1;
+        if (done > 0) part.by_disposition["unrecorded"] = done;  // ran before the crash; results lost
+      }
+      reports::merge_into(all, std::move(part));
+    }
+    if (running == 0) break;
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.progress && std::chrono::steady_clock::now() - last > std::chrono::milliseconds(200)) {
+      last = std::chrono::steady_clock::now();
+      int done = 0, failures = 0;
+      for (const auto& w : workers) {
+        int f = 0;
+        done += read_progress(w.out, &f);
+        failures += f;
+      }
+      int total = shard_cases(o.fuzz.cases, i, n);
+      progress_line(done, total, failures, el,
+                    o.fuzz.time_budget_s > 0 ? std::max(0.0, o.fuzz.time_budget_s - el) : -1.0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (o.progress) clear_progress_line();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  all.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return all;
+}
+
+}  // namespace recap::cli

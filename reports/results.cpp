@@ -1,0 +1,81 @@
+// The JSON form of a command's results (results.h): what a worker hands its parent, and what the
+// report's summary holds.
+#include "reports/results.h"
+
+namespace recap::reports {
+
+std::string replay_command(const std::string& path) { return "recap replay " + path; }
+
+Json failure_to_json(const FailureRecord& f) {
+  Json j = Json::object();
+  j["property"] = f.property;
+  j["disposition"] = f.disposition;
+  j["error"] = f.error;
+  j["api"] = f.api;
+  j["reason"] = f.reason;
+  j["reproduce"] = f.reproduce;
+  j["seed"] = f.seed;
+  j["shrinks"] = f.shrinks;
+  j["corpus_file"] = f.corpus_path;
+  if (!f.corpus_path.empty()) j["replay_command"] = replay_command(f.corpus_path);
+  j["case"] = f.case_json;
+  j["report"] = f.report;
+  return j;
+}
+
+FailureRecord failure_from_json(const Json& j) {
+  FailureRecord f;
+  f.property = j.value("property", "");
+  f.disposition = j.value("disposition", "");
+  f.error = j.value("error", "");
+  f.api = j.value("api", "");
+  f.reason = j.value("reason", "");
+  f.reproduce = j.value("reproduce", "");
+  f.seed = j.value("seed", uint64_t{0});
+  f.shrinks = j.value("shrinks", 0);
+  f.corpus_path = j.value("corpus_file", "");
+  f.case_json = j.value("case", Json());
+  f.report = j.value("report", Json());
+  return f;
+}
+
+
+Json campaign_to_json(const CampaignResult& r) {
+  Json j = Json::object();
+  j["cases"] = r.cases;
+  j["by_disposition"] = r.by_disposition;
+  j["classification"] = r.classification;
+  j["findings"] = r.findings;
+  j["seconds"] = r.seconds;
+  j["crashes"] = r.crashes;
+  Json f = Json::array();
+  for (const auto& x : r.failures) f.push_back(failure_to_json(x));
+  j["failures"] = f;
+  j["reports"] = r.reports;
+  return j;
+}
+
+CampaignResult campaign_from_json(const Json& j) {
+  CampaignResult r;
+  r.cases = j.value("cases", 0);
+  r.by_disposition = j.value("by_disposition", std::map<std::string, int>{});
+  r.classification = j.value("classification", std::map<std::string, int>{});
+  r.findings = j.value("findings", std::vector<std::string>{});
+  r.seconds = j.value("seconds", 0.0);
+  r.crashes = j.value("crashes", std::vector<std::string>{});
+  for (const auto& f : j.value("failures", Json::array())) r.failures.push_back(failure_from_json(f));
+  for (const auto& c : j.value("reports", Json::array())) r.reports.push_back(c);
+  return r;
+}
+
+void merge_into(CampaignResult& into, CampaignResult&& from) {
+  into.cases += from.cases;
+  for (auto& [k, v] : from.by_disposition) into.by_disposition[k] += v;
+  for (auto& [k, v] : from.classification) into.classification[k] += v;
+  for (auto& f : from.findings) into.findings.push_back(f);
+  for (auto& c : from.reports) into.reports.push_back(std::move(c));
+  for (auto& f : from.failures) into.failures.push_back(std::move(f));
+  for (auto& c : from.crashes) into.crashes.push_back(std::move(c));
+}
+
+}  // namespace recap::reports

@@ -1,0 +1,77 @@
+// What a recap command found, as the reporters consume it: plain structs and JSON, so reports/
+// knows nothing of how cases are generated or judged (properties/ and the CLI fill them).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/base/json.h"
+#include "reports/report.h"
+
+namespace recap::reports {
+
+struct FailureRecord {
+  Json case_json;           // the shrunk case (training::case_to_json)
+  Json report;              // its case report
+  std::string property;     // the first failing property
+  std::string disposition;  // failed, incorrect, crashed
+  std::string error, api;   // the failure's CUDA error name (or error kind) and call, when it has them
+  std::string reason;       // one line
+  std::string reproduce;    // RapidCheck's reproduce string
+  uint64_t seed = 0;
+  int shrinks = 0;
+  std::string corpus_path;  // where it was written ("" before)
+};
+
+struct CampaignResult {
+  int cases = 0;
+  std::map<std::string, int> by_disposition;
+  std::map<std::string, int> classification;
+  std::vector<std::string> findings;
+  std::vector<Json> reports;
+  std::vector<FailureRecord> failures;
+  std::vector<std::string> crashes;  // worker processes that died: one line each (with the shard)
+  double seconds = 0.0;
+};
+
+struct ReplayOutcome {
+  std::string path;
+  std::string disposition;    // the verdict ("" when the file did not load)
+  std::string first_failure;  // one line
+  Json expected;
+  bool as_expected = false;
+  std::string mismatch;       // one line when !as_expected
+  Json report;
+  double seconds = 0.0;
+};
+
+// The gate's coverage check.
+struct CoverageOutcome {
+  bool checked = true;
+  std::vector<CoverageRequirement> requirements;
+  std::vector<std::string> shortfalls;  // check_coverage's lines
+};
+
+// One command's outcome: what every reporter is given.
+struct Outcome {
+  const char* title = "recap";  // the console summary's first word(s): "recap fuzz", "recap gate: fuzz"
+  RunContext context;
+  const CampaignResult* campaign = nullptr;
+  const std::vector<ReplayOutcome>* replays = nullptr;
+  const CoverageOutcome* coverage = nullptr;
+  std::vector<std::string> properties;  // the properties checked, in order (JUnit lists each)
+  int exit_code = 0;
+};
+
+std::string replay_command(const std::string& path);  // "recap replay PATH"
+
+// JSON forms (what a worker process hands its parent; the report's summary).
+Json failure_to_json(const FailureRecord& f);
+FailureRecord failure_from_json(const Json& j);
+Json campaign_to_json(const CampaignResult& r);
+CampaignResult campaign_from_json(const Json& j);
+// Adds `from` (another shard's part) into `into`.
+void merge_into(CampaignResult& into, CampaignResult&& from);
+
+}  // namespace recap::reports
