@@ -26,7 +26,7 @@ device::BackendChoice backend() {
 
 training::CaseSpec load(const std::string& name) {
   training::CaseSpec s;
-  std::string err = training::read_case_file(std::string(RECAP_CORPUS_DIR) + "/examples/" + name + ".json", &s);
+  std::string err = training::read_case_file(std::string(RECAP_CORPUS_DIR) + "/" + name + ".json", &s);
   if (!err.empty()) throw std::runtime_error(err);
   return s;
 }

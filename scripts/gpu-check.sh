@@ -9,7 +9,7 @@ out="${OUT:-gpu-logs}"
 mkdir -p "$out"
 build="${RECAP_BUILD:-build-gpu}"
 # cuBLAS is linked dynamically (Debian/NVIDIA ship no static one here); the machine image has it.
-export RECAP_EXAMPLES_DIR="$PWD/corpus/examples"
+export RECAP_CORPUS_DIR="$PWD/corpus"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 status=0
 
@@ -25,15 +25,10 @@ status=0
   > "$out/conformance-cuda.log" 2>&1 || status=1
 tail -n 3 "$out/conformance-cuda.log"
 
-# Every example case through `recap run` on the GPU (exit 1 is expected for the cases whose
-# expected disposition is failed/incorrect; the log says "as expected" or not).
-: > "$out/runs.log"
-for f in corpus/examples/*.json; do
-  echo "===== $f" >> "$out/runs.log"
-  "$build/harness/cli/recap" run "$f" --backend cuda >> "$out/runs.log" 2>&1
-  echo "exit code $?" >> "$out/runs.log"
-done
-grep -cE "^expected: .*\(as expected\)" "$out/runs.log" | sed 's/^/recap run: cases as expected: /'
+# Every curated corpus case replayed on the GPU through the oracles, against its expected verdict.
+"$build/harness/cli/recap" replay corpus/*.json --backend cuda --report "$out/replay-cuda.json" \
+  > "$out/replay-cuda.log" 2>&1 || status=1
+tail -n 1 "$out/replay-cuda.log"
 
 # Fuzz campaigns on the GPU: the graph-safe configurations (must hold), then the naive policy
 # (must find and shrink the capture failure). Counterexamples go to a scratch corpus.

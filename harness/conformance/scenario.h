@@ -1,5 +1,5 @@
 // Conformance scenarios: small programs, each exercising one rule of the CUDA capture model
-// (../shared/reference/cuda-capture-rules.md). A scenario records the outcome of every call it
+// (docs/cuda-capture-rules.md). A scenario records the outcome of every call it
 // makes (return code, capture status, values read back) through a Recorder, together with what
 // the rule predicts. On `sim` every outcome must match the prediction; on the GPU every outcome
 // must equal what `sim` recorded, call for call (where they differ, the GPU is right and sim is

@@ -18,15 +18,6 @@
 namespace recap::conformance::detail {
 namespace {
 
-using device::CaptureMode;
-using device::CaptureStatus;
-using device::CopyKind;
-using device::Event;
-using device::MemCategory;
-using device::Status;
-using device::Stream;
-namespace k = device::kernels;
-
 constexpr uint32_t kMark = 0xC0DEu;  // what the captured kernel writes into buf at replay
 
 enum class Who { Own, OwnRelaxed, OtherGlobal, OtherRelaxed, OtherThreadLocal };

@@ -7,15 +7,6 @@
 namespace recap::conformance::detail {
 namespace {
 
-using device::CaptureMode;
-using device::CaptureStatus;
-using device::Event;
-using device::GraphExecUpdateResult;
-using device::MemCategory;
-using device::Status;
-using device::Stream;
-namespace k = device::kernels;
-
 constexpr const char* kInferred = " (inferred)";
 
 // Captures `body` on s (global mode) and returns the graph; records begin, end and node count.

@@ -10,6 +10,17 @@
 
 namespace recap::conformance::detail {
 
+// The device layer's names every scenario file uses.
+using device::CaptureMode;
+using device::CaptureStatus;
+using device::CopyKind;
+using device::Event;
+using device::GraphExecUpdateResult;
+using device::MemCategory;
+using device::Status;
+using device::Stream;
+namespace k = device::kernels;
+
 // Calls during capture: one scenario per (call, capture mode, thread, capture stream kind).
 void add_during_capture(std::vector<Scenario>& out);
 // The capture state machine: begin, fork/join, end, merge, invalidation, events, thread modes,
@@ -17,7 +28,7 @@ void add_during_capture(std::vector<Scenario>& out);
 void add_state_machine(std::vector<Scenario>& out);
 // Replay, exec update, graph memory nodes, host nodes, memory accounting.
 void add_graphs_and_memory(std::vector<Scenario>& out);
-// Rules measured on the H200 beyond the reference page (harness/device/sim/MEASURED.md).
+// Rules measured on the H200 beyond the reference page (docs/cuda-capture-rules.md, the rules marked *measured*).
 void add_measured(std::vector<Scenario>& out);
 
 // Identifiers used in scenario names.

@@ -1,16 +1,9 @@
 // Rules the reference page does not state, measured on the H200 while the backends were built
-// (harness/device/sim/MEASURED.md). Each is kept as a scenario so the GPU keeps arbitrating them.
+// (docs/cuda-capture-rules.md, the rules marked *measured*). Each is kept as a scenario so the GPU keeps arbitrating them.
 #include "harness/conformance/scenarios_internal.h"
 
 namespace recap::conformance::detail {
 namespace {
-
-using device::CaptureMode;
-using device::CaptureStatus;
-using device::MemCategory;
-using device::Status;
-using device::Stream;
-namespace k = device::kernels;
 
 // A one-kernel graph (buf += 1) captured on t: the graph the scenarios below then misuse.
 device::Graph capture_increment(Recorder& r, Stream t, uint32_t* buf) {

@@ -7,15 +7,6 @@
 namespace recap::conformance::detail {
 namespace {
 
-using device::CaptureMode;
-using device::CaptureStatus;
-using device::CopyKind;
-using device::Event;
-using device::MemCategory;
-using device::Status;
-using device::Stream;
-namespace k = device::kernels;
-
 constexpr const char* kInferred = " (inferred)";
 
 // Makes the capture on `s` invalid with a call barred on the capturing thread (cudaMalloc).

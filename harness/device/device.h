@@ -1,7 +1,7 @@
 // The device layer: one interface over two backends.
 //
 //   sim   a CPU model of CUDA's stream, event, capture, graph and memory rules
-//         (../shared/reference/cuda-capture-rules.md is its ground truth)
+//         (docs/cuda-capture-rules.md is its ground truth)
 //   cuda  the CUDA runtime itself
 //
 // Calls mirror the CUDA runtime one for one (the comment on each names the call it stands for) and

@@ -5,7 +5,7 @@
 // RNG pairs allocated in capture_begin) and every cudaFree of a tensor in a Relaxed guard, exactly
 // as PyTorch's caching allocator does (cudaMallocMaybeCapturing), so that these calls are legal
 // while this thread (or another, in Global mode) captures. A plain cudaMalloc there returns 900
-// and invalidates the capture (reference/cuda-capture-rules.md).
+// and invalidates the capture (docs/cuda-capture-rules.md).
 #pragma once
 
 #include "harness/device/device.h"

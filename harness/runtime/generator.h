@@ -1,5 +1,5 @@
 // The Philox generator, modelled on PyTorch's CUDA generator (CUDAGeneratorImpl), with the
-// mechanisms whose variants cause the bug classes of reference/recompute-and-rng.md.
+// mechanisms whose variants cause the bug classes of docs/recompute-and-rng.md.
 //
 // Eager (not capturing): a draw gets (seed, offset) by value; the host offset advances by the
 // draw's increment (count rounded up to a multiple of 4). Under capture:

@@ -4,7 +4,7 @@
 // Checkpoint policies read these flags (the `skip` policy bypasses recompute while either is set,
 // Megatron-LM PR #3919). Megatron sets and clears them with plain assignments, and nothing clears
 // them when a capture throws: one failed capture leaves recompute disabled for the rest of
-// training (bug class 6 of reference/recompute-and-rng.md). recap sets them only through the RAII
+// training (bug class 6 of docs/recompute-and-rng.md). recap sets them only through the RAII
 // scopes below, whose destructors restore the previous value on every exit path, exceptions
 // included. The flags are per thread (one training loop per thread).
 #pragma once

@@ -22,7 +22,7 @@
 //                  forwards and backwards for every microbatch (losses and per-microbatch gradient
 //                  copies included; zeroing the gradients and the SGD update stay outside), then
 //                  one replay per step. As in Megatron, full-iteration graphs set neither phase
-//                  flag (reference/recompute-and-rng.md), so `skip` does not bypass anything there.
+//                  flag (docs/recompute-and-rng.md), so `skip` does not bypass anything there.
 //
 // RNG across warmup and capture: warmup steps are real steps and consume the generators as eager
 // steps do; the generator states are saved before capture and restored after it (as

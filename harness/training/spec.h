@@ -1,7 +1,7 @@
 // A recap case: everything one training run needs (the model, per-layer checkpoint and capture
 // flags, the checkpoint style and policy, the executor, phases, microbatches and their order, the
 // generator, seeds), with its JSON form. A case is independent of RapidCheck's random stream, so a
-// corpus file survives generator changes (DESIGN.md, "Corpus and reproduction").
+// corpus file survives generator changes (docs/DESIGN.md, "Cases and the corpus").
 //
 // JSON (schema "recap.case/1"; every field but `layers` has a default):
 //   {

@@ -12,15 +12,7 @@ CheckResult judge(Runs& runs) {
   const char* p = "eager_vs_graphed";
   if (runs.spec().executor == training::ExecutorKind::Eager) return skipped(p, "an eager case");
   if (!runs.ran()) return skipped(p, "the run failed");
-  const Run& eager = runs.eager_twin();
-  std::string trouble = twin_trouble("the eager twin", eager);
-  if (!trouble.empty()) return skipped(p, trouble);
-  if (auto d = first_divergence(runs.main(), *eager.result)) {
-    CheckResult c = bad(p, Disposition::Incorrect, "vs eager: " + d->describe());
-    c.divergence = d;
-    return c;
-  }
-  return passed(p);
+  return compare_with_twin(p, runs, runs.eager_twin(), "the eager twin", "vs eager");
 }
 }  // namespace
 

@@ -36,6 +36,12 @@ std::string twin_trouble(const char* what, const Run& r);
 // then every gradient; then the step's gradients and the parameters after the update).
 std::optional<Divergence> first_divergence(const training::RunResult& a, const training::RunResult& b);
 
+class Runs;
+// The case's run against a twin, bit for bit: skipped when the twin did not run through (naming
+// it as `twin_name`), incorrect at their first divergence ("<versus>: step 3, ...").
+CheckResult compare_with_twin(const char* property, const Runs& runs, const Run& twin, const char* twin_name,
+                              const char* versus);
+
 class Runs {
  public:
   Runs(const training::CaseSpec& spec, const OracleOptions& opts, CaseReport& report, device::Backend backend,

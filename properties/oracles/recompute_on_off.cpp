@@ -11,15 +11,7 @@ CheckResult judge(Runs& runs) {
   const char* p = "recompute_on_off";
   if (!runs.spec().any_checkpoint()) return skipped(p, "no checkpoint");
   if (!runs.ran()) return skipped(p, "the run failed");
-  const Run& plain = runs.no_checkpoint_twin();
-  std::string trouble = twin_trouble("the no-checkpoint twin", plain);
-  if (!trouble.empty()) return skipped(p, trouble);
-  if (auto d = first_divergence(runs.main(), *plain.result)) {
-    CheckResult c = bad(p, Disposition::Incorrect, "vs no checkpoint: " + d->describe());
-    c.divergence = d;
-    return c;
-  }
-  return passed(p);
+  return compare_with_twin(p, runs, runs.no_checkpoint_twin(), "the no-checkpoint twin", "vs no checkpoint");
 }
 }  // namespace
 

@@ -24,7 +24,7 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
   // tensor to 8 bits compounds through a stack, and a deep bf16 stack can be ill-conditioned
   // (fuzzing found a 5-layer stack ending in dropout 0.5 and a layernorm at hidden 8 whose bias
   // gradient was 38% off fp64 while the same case in fp32 agreed to 1e-6). The oracle is about
-  // each layer's analytic gradients (DESIGN.md, oracle 6), which a layer alone on fresh inputs
+  // each layer's analytic gradients (docs/DESIGN.md, "reference"), which a layer alone on fresh inputs
   // shows without that conditioning. Identical layer specs are checked once.
   struct Unit {
     std::string what;  // "" (the whole model) or "layers[2] (block)"

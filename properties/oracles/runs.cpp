@@ -126,6 +126,18 @@ std::string twin_trouble(const char* what, const Run& r) {
   return "";
 }
 
+CheckResult compare_with_twin(const char* property, const Runs& runs, const Run& twin, const char* twin_name,
+                              const char* versus) {
+  std::string trouble = twin_trouble(twin_name, twin);
+  if (!trouble.empty()) return skipped(property, trouble);
+  if (auto d = first_divergence(runs.main(), *twin.result)) {
+    CheckResult c = bad(property, Disposition::Incorrect, std::string(versus) + ": " + d->describe());
+    c.divergence = d;
+    return c;
+  }
+  return passed(property);
+}
+
 namespace {
 CaseSpec without_checkpoints(CaseSpec s) {
   for (auto& f : s.layers) {

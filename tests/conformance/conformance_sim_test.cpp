@@ -1,5 +1,5 @@
 // Every conformance scenario on a fresh sim device: each observation must match the rule's
-// prediction (../shared/reference/cuda-capture-rules.md).
+// prediction (docs/cuda-capture-rules.md).
 #include <set>
 
 #include <gtest/gtest.h>

@@ -169,7 +169,7 @@ TEST_P(AllocatorTest, DestroyedPoolFreesRemainingBlocksWhenTensorsDrop) {
 
 // Pool growth during a Global capture: legal only because the allocator wraps cudaMalloc in a
 // Relaxed capture-mode guard; the same cudaMalloc made plainly returns 900 and invalidates the
-// capture (reference/cuda-capture-rules.md, "cudaMalloc ... Global own: ✗900").
+// capture (docs/cuda-capture-rules.md, "cudaMalloc ... Global own: ✗900").
 TEST_P(AllocatorTest, PoolGrowthInsideGlobalCaptureUsesRelaxedGuard) {
   Allocator alloc(dev());
   PoolId pool = alloc.create_pool();

@@ -1,4 +1,4 @@
-// Stream capture: the state machine of ../shared/reference/cuda-capture-rules.md and the rules for
+// Stream capture: the state machine of docs/cuda-capture-rules.md and the rules for
 // calls made while a capture is in progress.
 #include <algorithm>
 

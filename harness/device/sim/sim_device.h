@@ -1,5 +1,5 @@
 // The `sim` backend: a CPU model of CUDA's stream, event, capture, graph and memory rules.
-// ../shared/reference/cuda-capture-rules.md is its ground truth; where the GPU disagrees, the GPU
+// docs/cuda-capture-rules.md is its ground truth; where the GPU disagrees, the GPU
 // is right and this model is fixed.
 #pragma once
 

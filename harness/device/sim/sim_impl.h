@@ -1,6 +1,6 @@
 // The `sim` device: internal declarations shared by sim_device.cpp (streams, events, memory, work),
 // capture.cpp (the capture state machine and the rules for calls during capture) and graph.cpp
-// (graphs, executables, replay). ../shared/reference/cuda-capture-rules.md is the ground truth;
+// (graphs, executables, replay). docs/cuda-capture-rules.md is the ground truth;
 // functions are named after its rules.
 //
 // One mutex guards everything: every public call takes it, and work bodies (kernels' host bodies,

@@ -1,4 +1,4 @@
-// The capture state machine of cuda-capture-rules.md ("State machine"), rule by rule.
+// The capture state machine of docs/cuda-capture-rules.md ("State machine"), rule by rule.
 #include <thread>
 
 #include "tests/device/sim/sim_test_util.h"
