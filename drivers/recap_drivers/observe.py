@@ -1,0 +1,314 @@
+"""Observation without changing what the framework does: dropout masks, positions, memory.
+
+Masks. A MaskObserver is a TorchDispatchMode (below autograd, above the kernels). While a dropout
+site is open (`site(layer, op)`, opened by the layer's own Python code around its torch dropout
+call), it watches the ops that realize a dropout mask and copies the mask the computation itself
+produced into a per-(layer, op, microbatch, pass) uint8 buffer (1 kept, 0 dropped):
+  aten.native_dropout -> its second output, the boolean mask native_dropout saves for backward
+                         (F.dropout on CUDA);
+  aten.bernoulli_/bernoulli -> the 0/1 noise before it is scaled (F.dropout on CPU, which multiplies
+                         the input by that noise).
+The copy is enqueued inside the op's dispatch, i.e. before autograd packs the op's saved tensors,
+so a non-reentrant checkpoint whose recompute stops early (once its last saved tensor is packed)
+still passes through it; and it is an ordinary device copy into a buffer allocated before any
+capture, so it is captured into graphs and refreshed by every replay. A draw is a recompute when it
+executes inside the autograd engine (torch._C._current_autograd_node() is not None: a reentrant
+checkpoint's CheckpointFunction.backward or a non-reentrant checkpoint's unpack hook), a forward
+draw otherwise. Nothing else is changed: no hook is registered on modules or tensors, no feature is
+disabled.
+
+Digest: the mask packed as recap packs it (harness/runtime/dropout.h: bit i % 32 of uint32 word
+i / 32 set iff element i is kept, bits past n zero), the words as little-endian bytes, FNV-1a 64
+over those ceil(n / 32) * 4 bytes, written as 16 lower-case hex digits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+FNV_OFFSET = 1469598103934665603
+FNV_PRIME = 1099511628211
+MASK64 = (1 << 64) - 1
+
+
+def fnv1a64(data: bytes, h: int = FNV_OFFSET) -> int:
+    for b in data:
+        h ^= b
+        h = (h * FNV_PRIME) & MASK64
+    return h
+
+
+def pack_mask_bits(kept: bytes) -> bytes:
+    """One byte per element (nonzero: kept) -> recap's packed uint32 words, little-endian bytes.
+    Bit i % 32 of word i / 32 is element i, so byte j of the stream holds elements 8j .. 8j+7 with
+    element 8j in bit 0."""
+    n = len(kept)
+    nwords = (n + 31) // 32
+    out = bytearray(nwords * 4)
+    for j in range(0, n, 8):
+        byte = 0
+        chunk = kept[j:j + 8]
+        for k, v in enumerate(chunk):
+            if v:
+                byte |= 1 << k
+        out[j // 8] = byte
+    return bytes(out)
+
+
+def mask_digest(kept: bytes) -> str:
+    return "%016x" % fnv1a64(pack_mask_bits(kept))
+
+
+# ---- positions (for failure reports) ---------------------------------------------------------
+
+
+@dataclass
+class Position:
+    phase: str = ""  # eager | warmup | capture | replay
+    pass_: str = ""  # forward | backward | ""
+    layer: str = ""
+    microbatch: int = -1
+    step: int = -1
+
+    def set(self, phase=None, pass_=None, layer=None, microbatch=None, step=None):
+        if phase is not None:
+            self.phase = phase
+        if pass_ is not None:
+            self.pass_ = pass_
+        if layer is not None:
+            self.layer = layer
+        if microbatch is not None:
+            self.microbatch = microbatch
+        if step is not None:
+            self.step = step
+
+    def enter_layer(self, name: str):
+        """Called by a top-level layer's forward (also when it is recomputed inside backward)."""
+        self.layer = name
+        if _in_backward():
+            self.pass_ = "backward"
+
+
+# Plain module globals (not thread-local): autograd runs recomputes on its own threads, and the
+# GIL serializes the Python that reads and writes them.
+position = Position()
+_sites: List[Tuple[str, str]] = []
+
+
+@contextlib.contextmanager
+def site(layer: str, op: str):
+    _sites.append((layer, op))
+    try:
+        yield
+    finally:
+        _sites.pop()
+
+
+def _in_backward() -> bool:
+    try:
+        import torch
+
+        return torch._C._current_autograd_node() is not None
+    except Exception:
+        return False
+
+
+# ---- the mask observer -----------------------------------------------------------------------
+
+MaskKey = Tuple[str, str, int, str]  # (layer, op, microbatch, pass)
+
+
+def _make_observer_class():
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    bernoulli_ops = set()
+    for name in ("bernoulli_", "bernoulli"):
+        pkt = getattr(aten, name, None)
+        if pkt is None:
+            continue
+        for ov in pkt.overloads():
+            bernoulli_ops.add(getattr(pkt, ov))
+    native_dropout = aten.native_dropout.default
+
+    class MaskObserver(TorchDispatchMode):
+        """See the module comment. Modes:
+          live   every draw is copied and belongs to the current step (eager code);
+          build  graphs are being made: a draw on a capturing stream is copied (the copy is part
+                 of the graph) and its key is remembered as a graph key, refreshed by every
+                 replay; a draw outside capture (make_graphed_callables' own warmup iterations)
+                 is not a step's draw and is ignored.
+        """
+
+        def __init__(self, device):
+            super().__init__()
+            self.device = device
+            # memory: bytes that ops allocated and kept beyond their outputs (cuBLAS workspaces,
+            # created lazily on a stream's first GEMM and again inside every capture, since
+            # capture_begin clears them); see allocated()
+            self.track_memory = getattr(device, "type", str(device)) == "cuda"
+            self.hidden_bytes = 0
+            self.microbatch = 0
+            self.mode = "live"
+            self.buffers: Dict[MaskKey, torch.Tensor] = {}
+            self.step_keys: Dict[MaskKey, int] = {}  # key -> draws this step (ordered)
+            self.graph_keys: Dict[MaskKey, int] = {}
+            self.late_allocations = 0  # buffers allocated lazily (not planned)
+
+        def plan(self, keys_numel: List[Tuple[MaskKey, int]]):
+            for key, n in keys_numel:
+                if key not in self.buffers:
+                    self.buffers[key] = torch.zeros(n, dtype=torch.uint8, device=self.device)
+
+        def begin_step(self):
+            self.step_keys = {}
+
+        def _record(self, mask):
+            layer, op = _sites[-1]
+            pass_ = "recompute" if _in_backward() else "forward"
+            key = (layer, op, self.microbatch, pass_)
+            if self.mode == "build":
+                if not (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
+                    return
+                table = self.graph_keys
+            else:
+                table = self.step_keys
+            buf = self.buffers.get(key)
+            if buf is None or buf.numel() != mask.numel():
+                buf = torch.zeros(mask.numel(), dtype=torch.uint8, device=mask.device)
+                self.buffers[key] = buf
+                self.late_allocations += 1
+            buf.copy_(mask.reshape(-1))
+            table[key] = table.get(key, 0) + 1
+
+        def allocated(self) -> int:
+            """torch.cuda.memory_allocated() less what ops kept beyond their outputs (0 on CPU):
+            differences of it are the bytes of tensors a computation produced and still holds."""
+            if not self.track_memory:
+                return 0
+            return torch.cuda.memory_allocated() - self.hidden_bytes
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if self.track_memory:
+                a0 = torch.cuda.memory_allocated()
+                out = func(*args, **(kwargs or {}))
+                kept = torch.cuda.memory_allocated() - a0
+                if kept > HIDDEN_THRESHOLD:
+                    kept -= _new_output_bytes(args, kwargs, out)
+                    if kept > HIDDEN_THRESHOLD:
+                        self.hidden_bytes += kept
+            else:
+                out = func(*args, **(kwargs or {}))
+            if _sites:
+                if func is native_dropout:
+                    self._record(out[1])
+                elif func in bernoulli_ops:
+                    self._record(out)
+            return out
+
+        def collect(self, include_graph_keys: bool) -> List[dict]:
+            """The masks of the step (call after synchronizing)."""
+            keys = dict(self.step_keys)
+            if include_graph_keys:
+                for k, v in self.graph_keys.items():
+                    keys[k] = keys.get(k, 0) + v
+            out = []
+            for key in sorted(keys, key=lambda k: (k[2], 0 if k[3] == "forward" else 1, k[0], k[1])):
+                buf = self.buffers[key].to("cpu")
+                kept = _tensor_bytes(buf)
+                digest = "%016x" % fnv1a64(_pack_bits_torch(buf))
+                out.append({"layer": key[0], "op": key[1], "microbatch": key[2], "pass": key[3],
+                            "numel": int(buf.numel()), "digest": digest, "draws": keys[key],
+                            "_bytes": kept})
+            return out
+
+    return MaskObserver
+
+
+_observer_cls = None
+# An op that keeps more than this beyond its outputs is allocating a workspace, not an activation.
+HIDDEN_THRESHOLD = 256 * 1024
+
+
+def _new_output_bytes(args, kwargs, out) -> int:
+    """Bytes of the output storages that are not input storages (views and in-place results are
+    not new)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    seen = set()
+    for t in tree_leaves((args, kwargs or {})):
+        if isinstance(t, torch.Tensor):
+            try:
+                seen.add(t.untyped_storage().data_ptr())
+            except Exception:
+                pass
+    total = 0
+    for t in tree_leaves(out):
+        if isinstance(t, torch.Tensor):
+            try:
+                st = t.untyped_storage()
+                p = st.data_ptr()
+            except Exception:
+                continue
+            if p not in seen:
+                seen.add(p)
+                total += st.nbytes()
+    return total
+
+
+def MaskObserver(device):
+    global _observer_cls
+    if _observer_cls is None:
+        _observer_cls = _make_observer_class()
+    return _observer_cls(device)
+
+
+def _pack_bits_torch(kept) -> bytes:
+    """pack_mask_bits() for a CPU uint8 tensor, vectorized."""
+    import torch
+
+    n = kept.numel()
+    nwords = (n + 31) // 32
+    padded = torch.zeros(nwords * 32, dtype=torch.int32)
+    padded[:n] = (kept.reshape(-1) != 0).to(torch.int32)
+    weights = torch.tensor([1 << k for k in range(8)], dtype=torch.int32)
+    packed = (padded.view(-1, 8) * weights).sum(dim=1).to(torch.uint8)
+    return _tensor_bytes(packed)
+
+
+def _tensor_bytes(t) -> bytes:
+    """Raw bytes of a CPU tensor, without numpy."""
+    import torch
+
+    t = t.contiguous()
+    n = t.numel() * t.element_size()
+    ba = bytearray(n)
+    if n:
+        dst = torch.frombuffer(ba, dtype=t.dtype)
+        dst.copy_(t.reshape(-1))
+    return bytes(ba)
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+
+def pool_bytes() -> int:
+    """Bytes of segments the caching allocator holds in private (graph) pools."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    try:
+        segs = torch.cuda.memory_snapshot()
+    except Exception:
+        return 0
+    total = 0
+    for s in segs:
+        pid = s.get("segment_pool_id", (0, 0))
+        if tuple(pid) != (0, 0):
+            total += int(s.get("total_size", 0))
+    return total

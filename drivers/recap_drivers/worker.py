@@ -1,0 +1,108 @@
+"""The recap.worker/1 request loop, shared by every SUT.
+
+A SUT object provides hello() -> dict (sut, version, device, capabilities) and
+run(header, frames) -> (reply header, reply frames); it raises RequestError (any exception with a
+one-line message) for a request it cannot serve. Exit codes: 0 shutdown or EOF, 2 protocol
+mismatch, truncated input or a SUT that is not available, 3 the device became unusable (a sticky
+CUDA error) after the reply that reported it.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any, BinaryIO, Callable, Optional
+
+from . import PROTOCOL
+from .protocol import FrameError, TruncatedError, error_message, read_message, write_message
+
+
+class NotBuiltSUT:
+    """A reserved SUT name whose driver does not exist yet: every request gets an error."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @property
+    def message(self) -> str:
+        return f"sut {self.name} not built yet"
+
+
+def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log=sys.stderr) -> int:
+    """Serves requests until shutdown or EOF. The SUT is created lazily, on the first request
+    that needs it, so a bad environment is reported as an error reply, not a silent death."""
+    sut = None
+    sut_error: Optional[str] = None
+
+    def get_sut():
+        nonlocal sut, sut_error
+        if sut is None and sut_error is None:
+            try:
+                sut = sut_factory()
+            except Exception as e:
+                traceback.print_exc(file=log)
+                sut_error = f"cannot start the SUT: {type(e).__name__}: {e}"
+        return sut
+
+    while True:
+        try:
+            msg = read_message(inp)
+        except FrameError as e:
+            write_message(out, error_message(str(e), e.request_id))
+            continue
+        except TruncatedError as e:
+            write_message(out, error_message(str(e)))
+            return 2
+        if msg is None:
+            return 0
+        header, frames = msg
+        op = header.get("op")
+        rid = header.get("id")
+        if not isinstance(op, str):
+            write_message(out, error_message("request has no 'op' string (hello, run, shutdown)", rid))
+            continue
+        if op == "shutdown":
+            return 0
+        s = get_sut()
+        if isinstance(s, NotBuiltSUT):
+            write_message(out, error_message(s.message, rid))
+            if op == "hello":
+                return 2
+            continue
+        if op == "hello":
+            proto = header.get("protocol")
+            if proto != PROTOCOL:
+                write_message(out, error_message(f"protocol mismatch: this worker speaks {PROTOCOL}, "
+                                                 f"the request asks for {proto!r}", rid))
+                return 2
+            if s is None:
+                write_message(out, error_message(sut_error or "no SUT", rid))
+                return 2
+            h = {"op": "hello", "protocol": PROTOCOL}
+            h.update(s.hello())
+            write_message(out, h)
+            continue
+        if op == "run":
+            if s is None:
+                write_message(out, error_message(sut_error or "no SUT", rid))
+                continue
+            if rid is None or isinstance(rid, bool) or not isinstance(rid, int):
+                write_message(out, error_message("run: 'id' must be an integer", rid))
+                continue
+            try:
+                reply, out_frames = s.run(header, frames)
+            except Exception as e:  # RequestError, or a driver bug: answer and keep serving
+                kind = type(e).__name__
+                if kind not in ("RequestError", "CaseError"):
+                    traceback.print_exc(file=log)
+                    text = f"internal error: {kind}: {e}"
+                else:
+                    text = str(e)
+                write_message(out, error_message(text, rid))
+                continue
+            write_message(out, reply, out_frames)
+            if reply.get("fatal"):
+                print("recap worker: exiting after a fatal device error", file=log)
+                return 3
+            continue
+        write_message(out, error_message(f"unknown op '{op}' (hello, run, shutdown)", rid))

@@ -1,0 +1,1 @@
+"""Tests of recap_drivers (unittest; pytest runs them too)."""

@@ -1,0 +1,223 @@
+"""Graphed executors on CUDA (skipped without a CUDA device).
+
+Must hold (driver correctness): without checkpoints, eager, per-layer (make_graphed_callables) and
+full-iteration (torch.cuda.graph) runs are bitwise equal, step for step, masks included; a
+reentrant checkpoint inside per-layer graphs fails with torch's refusal of torch.autograd.grad,
+located at the checkpointed layer's backward.
+
+Survey (torch's behaviour, recorded, not asserted): checkpointed cases under graphs, their
+equality to eager and their recompute masks. Written to $OUT/gpu_survey.json when OUT is set.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from client import Worker, random_frames  # noqa: E402
+
+try:
+    import torch
+
+    HAVE_CUDA = torch.cuda.is_available()
+except Exception:  # pragma: no cover
+    HAVE_CUDA = False
+
+STACK = {
+    "schema": "recap.case/1",
+    "name": "gpu-stack",
+    "hidden": 16,
+    "tokens": 8,
+    "layers": [
+        {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+        {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+        {"kind": "linear"},
+    ],
+    "checkpoint_style": "reentrant",
+    "policy": "naive",
+    "executor": "eager",
+    "warmup": 2,
+    "replays": 3,
+    "microbatches": 2,
+    "microbatch_order": [1, -1, 1, -1],
+    "generator": "graph-safe",
+    "warmup_backward": "grad-of-inputs",
+    "shared_pool": True,
+    "seeds": {"param": 1, "data": 2, "rng": 3},
+    "lr": 0.05,
+}
+
+SURVEY = []
+
+
+def with_ckpt(case, how, style="reentrant", layers=(0, 1)):
+    c = copy.deepcopy(case)
+    c["checkpoint_style"] = style
+    for i in layers:
+        if how == "selective":
+            c["layers"][i]["checkpoint"] = "selective"
+            c["layers"][i]["checkpoint_modules"] = ["attn_core", "mlp"]
+        else:
+            c["layers"][i]["checkpoint"] = how
+    return c
+
+
+def mask_table(h):
+    return {(s["step"], m["layer"], m["op"], m["microbatch"], m["pass"]): m["digest"]
+            for s in h["steps"] for m in s["masks"]}
+
+
+def recompute_mismatches(h):
+    t = mask_table(h)
+    bad = []
+    for (s, l, op, mb, ps), d in t.items():
+        if ps == "recompute" and t.get((s, l, op, mb, "forward")) != d:
+            bad.append(f"step {s} {l} mb {mb}")
+    return bad
+
+
+def first_diff(fa, fb):
+    for name in sorted(fb):
+        if name not in fa or fa[name].data != fb[name].data:
+            return name
+    return ""
+
+
+@unittest.skipUnless(HAVE_CUDA, "no CUDA device")
+class GpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Worker(device="cuda")
+        h, _ = cls.w.request({"op": "hello", "protocol": "recap.worker/1"})
+        assert h["op"] == "hello", h
+        cls.hello = h
+        cls.dev_state = h["capabilities"]["device_state"][0]
+        cls.rid = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.send({"op": "shutdown"})
+        cls.w.close()
+        out = os.environ.get("OUT")
+        text = json.dumps({"hello": cls.hello, "survey": SURVEY}, indent=1)
+        if out:
+            with open(os.path.join(out, "gpu_survey.json"), "w") as f:
+                f.write(text)
+        sys.stderr.write(text[:20000] + "\n")
+
+    def run_case(self, case, frames, **opts):
+        type(self).rid += 1
+        case = dict(case, device_state=self.dev_state)
+        h, f = self.w.request(dict({"op": "run", "id": self.rid, "case": case}, **opts), frames)
+        self.assertEqual(h["op"], "observation", h)
+        return h, f
+
+    def survey(self, what, case, frames, eager=None):
+        h, f = self.run_case(case, frames)
+        entry = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
+                 "failure": h.get("failure"), "memory": h["memory"],
+                 "recompute_mismatches": recompute_mismatches(h)[:6]}
+        if eager is not None and h["status"] == "ok":
+            eh, ef = eager
+            entry["first_diff_vs_eager"] = first_diff(f, ef)
+            entry["losses_equal_eager"] = [s["losses"] for s in h["steps"]] == [s["losses"] for s in eh["steps"]]
+            mt, et = mask_table(h), mask_table(eh)
+            entry["forward_masks_equal_eager"] = all(mt.get(k) == v for k, v in et.items() if k[4] == "forward")
+        SURVEY.append(entry)
+        return h, f
+
+    def test_no_checkpoint_graphed_equals_eager(self):
+        frames = random_frames(STACK, seed=3)
+        eh, ef = self.survey("eager, no checkpoint", STACK, frames)
+        self.assertEqual(eh["status"], "ok", eh["reason"])
+        variants = {
+            "full-iteration": dict(STACK, executor="full-iteration"),
+            "per-layer shared pool": dict(STACK, executor="per-layer"),
+            "per-layer own pools [1,1,-1,-1]": dict(STACK, executor="per-layer", shared_pool=False,
+                                                    microbatch_order=[1, 1, -1, -1]),
+            "per-layer, layer 1 ungraphed": dict(STACK, executor="per-layer",
+                                                 layers=[STACK["layers"][0], dict(STACK["layers"][1], graphed=False),
+                                                         STACK["layers"][2]]),
+        }
+        for what, case in variants.items():
+            with self.subTest(what):
+                ref_h, ref_f = eh, ef
+                if case.get("microbatch_order") != STACK["microbatch_order"]:
+                    ref_h, ref_f = self.run_case(dict(case, executor="eager"), frames)
+                h, f = self.survey(what + ", no checkpoint", case, frames, (ref_h, ref_f))
+                self.assertEqual(h["status"], "ok", h["reason"])
+                self.assertEqual([s["phase"] for s in h["steps"]], ["warmup"] * 2 + ["replay"] * 3)
+                self.assertEqual(first_diff(f, ref_f), "", what)
+                self.assertEqual(mask_table(h), mask_table(ref_h))
+                self.assertGreater(h["memory"]["graph_pool_bytes"], 0)
+                self.assertGreater(h["memory"]["capture_peak_bytes"], 0)
+
+    def test_reentrant_checkpoint_refused_in_per_layer_graphs(self):
+        for warmup, phase in ((2, "warmup"), (0, "capture")):
+            with self.subTest(warmup=warmup):
+                case = with_ckpt(dict(STACK, executor="per-layer", warmup=warmup, replays=2), "full", layers=(1,))
+                h, f = self.survey(f"per-layer reentrant full, warmup {warmup}", case, random_frames(case, seed=4))
+                self.assertEqual(h["status"], "failed", h["reason"])
+                fl = h["failure"]
+                self.assertEqual(fl["error"], "RuntimeError")
+                self.assertIn(".grad()", fl["message"])
+                self.assertEqual((fl["phase"], fl["pass"], fl["layer"]), (phase, "backward", "block1"))
+
+    def test_skipped_interleaved_shared_pool(self):
+        h, _ = self.run_case(dict(STACK, executor="per-layer", microbatch_order=[1, 1, -1, -1]),
+                             random_frames(STACK, seed=1))
+        self.assertEqual(h["status"], "skipped")
+        self.assertIn("_order", h["reason"])
+
+    def test_survey_checkpointed_graphs(self):
+        frames = random_frames(STACK, seed=5)
+        for style in ("reentrant", "non-reentrant"):
+            for how in ("full", "selective"):
+                base = with_ckpt(STACK, how, style)
+                eager = self.survey(f"eager {style} {how}", base, frames)
+                self.assertEqual(eager[0]["status"], "ok", eager[0]["reason"])
+                self.assertEqual(recompute_mismatches(eager[0]), [])
+                for ex in ("full-iteration", "per-layer"):
+                    h, _ = self.survey(f"{ex} {style} {how}", dict(base, executor=ex), frames, eager)
+                    self.assertIn(h["status"], ("ok", "failed"), h["reason"])
+
+    def test_survey_memory(self):
+        frames = random_frames(STACK, seed=6)
+        for ex in ("full-iteration", "per-layer"):
+            for style in ("none", "non-reentrant"):
+                case = dict(STACK, executor=ex) if style == "none" else with_ckpt(dict(STACK, executor=ex), "full", style)
+                self.survey(f"memory {ex} {style}", case, frames)
+
+    def test_survey_odd_stacks(self):
+        """Identity layers (dropout p = 0 returns its input), parameterless graphed layers, an
+        ungraphed layer between graphs, bf16."""
+        odd = dict(STACK, executor="eager", shared_pool=False, microbatch_order=[1, 1, -1, -1], layers=[
+            {"kind": "dropout", "dropout": 0.0},
+            {"kind": "gelu"},
+            {"kind": "rmsnorm", "graphed": False},
+            {"kind": "swiglu", "ffn_hidden": 24},
+            {"kind": "dropout", "dropout": 0.2},
+            {"kind": "attention", "heads": 4, "dropout": 0.1},
+        ])
+        for dtype in ("fp32", "bf16"):
+            case = dict(odd, dtype=dtype)
+            frames = random_frames(case, seed=8)
+            eager = self.survey(f"eager odd {dtype}", case, frames)
+            self.assertEqual(eager[0]["status"], "ok", eager[0]["reason"])
+            for ex in ("per-layer", "full-iteration"):
+                h, f = self.survey(f"{ex} odd {dtype}", dict(case, executor=ex), frames, eager)
+                self.assertIn(h["status"], ("ok", "failed"), h["reason"])
+
+    def test_determinism_check_on_cuda(self):
+        case = with_ckpt(dict(STACK, executor="full-iteration"), "full", "non-reentrant")
+        h, _ = self.run_case(case, random_frames(case, seed=7), determinism_check=True)
+        self.assertIn(h["status"], ("ok", "failed"), h["reason"])
+        self.assertFalse(h["reason"].startswith("nondeterministic"), h["reason"])
+
+
+if __name__ == "__main__":
+    unittest.main()
