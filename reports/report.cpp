@@ -105,25 +105,44 @@ std::string corpus_file_name(const std::string& property, const std::string& dis
          ".json";
 }
 
+namespace {
+// Writes all of text to `path` (created or truncated); false with errno set on any failure,
+// closing included (a full disk shows there).
+bool write_all(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = (std::fflush(f) == 0) && ok;
+  int saved = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok && saved) errno = saved;
+  return ok;
+}
+}  // namespace
+
 bool write_text_file(const std::string& path, const std::string& text, std::string* error) {
-  // Write to a temporary beside it, then rename: a reader (another shard) never sees half a file.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) {
-      if (error) *error = "cannot write '" + path + "': " + std::strerror(errno);
-      return false;
-    }
-    out << text;
-    if (!out.flush()) {
-      if (error) *error = "cannot write '" + path + "': " + std::strerror(errno);
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  auto fail = [&] {
     if (error) *error = "cannot write '" + path + "': " + std::strerror(errno);
-    std::remove(tmp.c_str());
     return false;
+  };
+  // Something that is not a regular file (a device, a fifo) is written in place: renaming a
+  // temporary over it would replace, say, /dev/null with a regular file.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) {
+      errno = EISDIR;
+      return fail();
+    }
+    return write_all(path, text) || fail();
+  }
+  // A regular file: write a temporary beside it, then rename, so a reader (another shard) never
+  // sees half a file; the temporary is removed when anything fails.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  if (!write_all(tmp, text) || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int saved = errno;
+    std::remove(tmp.c_str());
+    errno = saved;
+    return fail();
   }
   return true;
 }

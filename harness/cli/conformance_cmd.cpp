@@ -2,13 +2,12 @@
 // table. On cuda every scenario also runs on sim, and the two outcomes must agree call for call:
 // that is how sim is kept faithful to the GPU.
 #include <cstdio>
-#include <fstream>
 #include <regex>
 
-#include <nlohmann/json.hpp>
-
+#include "harness/base/json.h"
 #include "harness/cli/cli.h"
 #include "harness/conformance/scenario.h"
+#include "reports/reporter.h"
 
 namespace recap::cli {
 namespace {
@@ -22,8 +21,8 @@ struct ConformanceArgs {
   bool compare_sim = true;
 };
 
-nlohmann::json observations_json(const conformance::Outcome& o) {
-  nlohmann::json arr = nlohmann::json::array();
+Json observations_json(const conformance::Outcome& o) {
+  Json arr = Json::array();
   for (const auto& ob : o.observations)
     arr.push_back({{"label", ob.label}, {"got", ob.got}, {"expected", ob.expected}});
   return arr;
@@ -53,7 +52,7 @@ int run_conformance(const ConformanceArgs& args) {
               dev->name().c_str(), chosen.size(), compare ? ", each compared with sim" : "");
   std::printf("%-58s %6s %10s %8s  %s\n", "scenario", "calls", "mismatch", "vs sim", "verdict");
 
-  nlohmann::json cases = nlohmann::json::array();
+  Json cases = Json::array();
   int passed = 0, failed = 0;
   for (const auto* s : chosen) {
     auto result = conformance::run_scenario(*s, *dev);
@@ -85,16 +84,15 @@ int run_conformance(const ConformanceArgs& args) {
   std::printf("%d passed, %d failed\n", passed, failed);
 
   if (!args.json_path.empty()) {
-    nlohmann::json doc = {{"schema", "recap.conformance/1"},
+    Json doc = {{"schema", "recap.conformance/1"},
                           {"backend", device::backend_name(dev->backend())},
                           {"device", dev->name()},
                           {"compared_with_sim", compare},
                           {"passed", passed},
                           {"failed", failed},
                           {"scenarios", cases}};
-    std::ofstream out(args.json_path);
-    if (!out) throw UsageError("cannot write --json file '" + args.json_path + "'");
-    out << doc.dump(2) << "\n";
+    // Keys sorted, as this file has always been written (the logs kept in reports/h200/).
+    reports::write_or_throw(args.json_path, sorted_keys(doc).dump(2) + "\n", "--json");
   }
   return failed == 0 ? kExitOk : kExitFailed;
 }

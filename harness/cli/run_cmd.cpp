@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/cli.h"
+#include "reports/reporter.h"
 #include "harness/training/executor.h"
 #include "harness/training/spec.h"
 
@@ -138,9 +139,7 @@ int run(const RunArgs& args) {
   }
 
   if (!args.json_path.empty()) {
-    std::ofstream out(args.json_path);
-    if (!out) throw UsageError("cannot write --json file '" + args.json_path + "'");
-    out << run_result_to_json(r).dump(2) << "\n";
+    reports::write_or_throw(args.json_path, run_result_to_json(r).dump(2) + "\n", "--json");
   }
   return v.disposition == "passed" ? kExitOk : kExitFailed;
 }
