@@ -57,17 +57,21 @@ class RecapModule(nn.Module):
         return []
 
 
-class Linear(RecapModule):
-    def __init__(self, path: str, top: int, n_in: int, n_out: int, bias: bool, dtype, device):
-        super().__init__(path, top)
-        self.weight = nn.Parameter(torch.zeros(n_out, n_in, dtype=dtype, device=device))
-        self.bias = nn.Parameter(torch.zeros(n_out, dtype=dtype, device=device)) if bias else None
+class WeightBias(RecapModule):
+    """A module whose parameters are `weight` and an optional `bias`, named as recap names them."""
 
     def recap_params(self):
         p = [(self.recap_path + ".weight", self.weight)]
         if self.bias is not None:
             p.append((self.recap_path + ".bias", self.bias))
         return p
+
+
+class Linear(WeightBias):
+    def __init__(self, path: str, top: int, n_in: int, n_out: int, bias: bool, dtype, device):
+        super().__init__(path, top)
+        self.weight = nn.Parameter(torch.zeros(n_out, n_in, dtype=dtype, device=device))
+        self.bias = nn.Parameter(torch.zeros(n_out, dtype=dtype, device=device)) if bias else None
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
@@ -81,19 +85,13 @@ def _rms_norm(x, weight, eps):
     return (y * weight.float()).to(x.dtype)
 
 
-class Norm(RecapModule):
+class Norm(WeightBias):
     def __init__(self, path: str, top: int, width: int, rms: bool, dtype, device):
         super().__init__(path, top)
         self.rms = rms
         self.width = width
         self.weight = nn.Parameter(torch.ones(width, dtype=dtype, device=device))
         self.bias = None if rms else nn.Parameter(torch.zeros(width, dtype=dtype, device=device))
-
-    def recap_params(self):
-        p = [(self.recap_path + ".weight", self.weight)]
-        if self.bias is not None:
-            p.append((self.recap_path + ".bias", self.bias))
-        return p
 
     def forward(self, x):
         if self.rms:
