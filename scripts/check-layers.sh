@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 
-order=(harness/base harness/device harness/runtime models harness/training harness/conformance reports
+order=(harness/base harness/device harness/runtime models harness/training harness/sut harness/conformance reports
        properties harness/cli)
 folder_of() {  # PATH -> the library folder it belongs to, or nothing
   local p=$1 f

@@ -48,11 +48,14 @@ def validate(header: dict, frames=None):
 
 
 class Worker:
-    def __init__(self, *args: str, device: str = "cpu"):
+    """A worker process: the torch driver by default, or any command speaking recap.worker/1
+    (`command`, e.g. `recap worker --backend sim`)."""
+
+    def __init__(self, *args: str, device: str = "cpu", command: List[str] = None):
         env = dict(os.environ)
         env["PYTHONPATH"] = DRIVERS + os.pathsep + env.get("PYTHONPATH", "")
-        self.p = subprocess.Popen([sys.executable, "-m", "recap_drivers", "--sut", "torch", "--device", device, *args],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        argv = command or [sys.executable, "-m", "recap_drivers", "--sut", "torch", "--device", device, *args]
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     def send_raw(self, data: bytes):
         self.p.stdin.write(data)

@@ -36,5 +36,6 @@ void add_run_command(CLI::App& app, Runner* run);
 void add_fuzz_command(CLI::App& app, Runner* run);
 void add_replay_command(CLI::App& app, Runner* run);
 void add_gate_command(CLI::App& app, Runner* run);
+void add_worker_command(CLI::App& app, Runner* run);
 
 }  // namespace recap::cli
