@@ -1,6 +1,7 @@
 // Shared pieces of the recap command line: exit codes, one-line usage errors, backend option.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,15 @@ std::unique_ptr<device::Device> open_device(const std::string& backend, const de
 
 // Each subcommand registers itself and sets *run to the function main calls after parsing.
 using Runner = std::function<int()>;
+
+// Adds subcommand `name` whose flags fill *args; once it is parsed, *runner calls fn(*args).
+template <class Args, class Fn>
+CLI::App* add_command(CLI::App& app, Runner* runner, std::shared_ptr<Args> args, Fn fn, const std::string& name,
+                      const std::string& help) {
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->callback([args, runner, fn] { *runner = [args, fn] { return fn(*args); }; });
+  return cmd;
+}
 void add_conformance_command(CLI::App& app, Runner* run);
 void add_run_command(CLI::App& app, Runner* run);
 void add_fuzz_command(CLI::App& app, Runner* run);

@@ -101,7 +101,7 @@ int run_conformance(const ConformanceArgs& args) {
 
 void add_conformance_command(CLI::App& app, Runner* run) {
   auto args = std::make_shared<ConformanceArgs>();
-  auto* cmd = app.add_subcommand(
+  auto* cmd = add_command(app, run, args, run_conformance,
       "conformance",
       "Run the conformance scenarios: one small program per rule of the CUDA capture model, each call's "
       "outcome checked against the rule; on cuda also compared call for call with sim.");
@@ -111,7 +111,6 @@ void add_conformance_command(CLI::App& app, Runner* run) {
   cmd->add_flag("--verbose,-v", args->verbose, "Print every observation of every scenario");
   cmd->add_flag("!--no-compare", args->compare_sim, "On cuda, do not also run each scenario on sim to compare");
   cmd->add_option("--json", args->json_path, "Write the results, every observation included, to this JSON file");
-  cmd->callback([args, run] { *run = [args] { return run_conformance(*args); }; });
 }
 
 }  // namespace recap::cli

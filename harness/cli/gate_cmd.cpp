@@ -95,7 +95,7 @@ void add_gate_command(CLI::App& app, Runner* runner) {
   auto a = std::make_shared<GateArgs>();
   a->f.cases = 300;
   a->f.policy = "graph-safe";
-  auto* cmd = app.add_subcommand(
+  auto* cmd = add_command(app, runner, a, gate,
       "gate",
       "The CI mode: replay every corpus/*.json against its expected verdict, run a fixed-seed fuzz budget (graph-safe "
       "policy, --require-memory-savings), check coverage, write --junit and --report. Exit 0 all held, 1 something "
@@ -107,7 +107,6 @@ void add_gate_command(CLI::App& app, Runner* runner) {
   cmd->add_flag("--no-require-memory-savings", a->no_require_memory_savings,
                 "Report recompute lost inside graphs as a finding instead of a failure");
   cmd->add_flag("--no-coverage", a->no_coverage, "Do not check coverage");
-  cmd->callback([a, runner] { *runner = [a] { return gate(*a); }; });
 }
 
 }  // namespace recap::cli

@@ -269,7 +269,7 @@ int replay(const ReplayArgs& a) {
 
 void add_replay_command(CLI::App& app, Runner* runner) {
   auto args = std::make_shared<ReplayArgs>();
-  auto* cmd = app.add_subcommand(
+  auto* cmd = add_command(app, runner, args, replay,
       "replay",
       "Replay corpus cases verbatim through the oracles; print each verdict and, where a check diverged, the step-by-step "
       "table of the first divergence. Exit 0 every verdict as the case's `expected`, 1 one differs, 2 bad input.");
@@ -281,7 +281,6 @@ void add_replay_command(CLI::App& app, Runner* runner) {
   cmd->add_flag("--require-memory-savings", args->require_memory_savings,
                 "Recompute that saves no activation memory inside graphs is a failure, not a finding");
   cmd->add_option("--report", args->report, "Write a JSON report (schema recap.report/1)");
-  cmd->callback([args, runner] { *runner = [args] { return replay(*args); }; });
 }
 
 }  // namespace recap::cli

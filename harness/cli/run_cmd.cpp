@@ -148,7 +148,7 @@ int run(const RunArgs& args) {
 
 void add_run_command(CLI::App& app, Runner* runner) {
   auto args = std::make_shared<RunArgs>();
-  auto* cmd = app.add_subcommand(
+  auto* cmd = add_command(app, runner, args, run,
       "run",
       "Run one case (a JSON spec: model, checkpoint flags and policy, executor, phases, microbatch order, seeds) and "
       "print per step the loss, gradient norms, RNG ledger counts and memory by category. Exit 0 passed, 1 failed or "
@@ -156,7 +156,6 @@ void add_run_command(CLI::App& app, Runner* runner) {
   cmd->add_option("spec", args->spec_path, "The case file (JSON, schema recap.case/1)")->required();
   add_backend_option(*cmd, &args->backend);
   cmd->add_option("--json", args->json_path, "Also write the result to this JSON file (schema recap.run/1)");
-  cmd->callback([args, runner] { *runner = [args] { return run(*args); }; });
 }
 
 }  // namespace recap::cli

@@ -32,12 +32,11 @@ int worker(const WorkerArgs& a) {
 
 void add_worker_command(CLI::App& app, Runner* runner) {
   auto args = std::make_shared<WorkerArgs>();
-  auto* cmd = app.add_subcommand(
+  auto* cmd = add_command(app, runner, args, worker,
       "worker",
       "Serve recap's own runtime over the worker protocol recap.worker/1 on stdin/stdout (drivers/PROTOCOL.md). "
       "Exit 0 on shutdown or end of input, 2 on a protocol error.");
   add_backend_option(*cmd, &args->backend);
-  cmd->callback([args, runner] { *runner = [args] { return worker(*args); }; });
 }
 
 }  // namespace recap::cli
