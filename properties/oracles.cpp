@@ -92,40 +92,23 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     return rep;
   }
 
-  // The case itself. Its session stays alive until the oracles that look at it have (hygiene
-  // judges the session whose capture failed).
-  std::optional<RunResult> main;
-  std::optional<Runs> runs;
-  std::string crash;
-  device::Backend backend = opts.backend == device::BackendChoice::Cuda ? device::Backend::Cuda : device::Backend::Sim;
-  {
-    auto t0 = std::chrono::steady_clock::now();
-    try {
-      auto dev = new_device(opts.backend);
-      rep.device_name = dev->name();
-      rep.backend = device::backend_name(dev->backend());
-      backend = dev->backend();
-      {
-        training::Session session(*dev, spec);
-        main = session.run();
-        runs.emplace(spec, opts, rep, backend, *main);
-        for (const Oracle& o : oracles())
-          if (o.inspect_session && wanted(opts, o.name)) o.inspect_session(*runs, session, *dev);
-      }
-      runs->set_live_after(dev->memory_stats().live_bytes);
-    } catch (const std::exception& e) {
-      crash = e.what();
-    } catch (...) {
-      crash = "unknown exception";
-    }
-    rep.timings["case_ms"] = ms_since(t0);
-  }
+  // The case itself (on the system under test; in process, hygiene's check of the session runs
+  // right after a failed capture).
+  Run own = run_on_fresh_device(spec, opts);
+  rep.timings["case_ms"] = own.ms;
+  const std::string& crash = own.crash;
+  if (!own.device_name.empty()) rep.device_name = own.device_name;
+  if (!own.backend.empty()) rep.backend = own.backend;
+  device::Backend backend = rep.backend == "cuda" ? device::Backend::Cuda : device::Backend::Sim;
   if (!crash.empty()) {
     rep.checks.push_back(bad("capture_clean", Disposition::Crashed, "the run threw: " + crash));
     rep.disposition = Disposition::Crashed;
     return rep;
   }
-  const RunResult& r = *main;
+  const RunResult& r = *own.result;
+  Runs runs(spec, opts, rep, backend, r);
+  runs.set_live_after(own.live_after);
+  if (r.failure && r.failure->phase == "capture") runs.session_notes["hygiene"] = own.hygiene;
   rep.memory = memory_json(r);
   {
     double eager_ms = 0, replay_ms = 0;
@@ -145,7 +128,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   }
 
   for (const Oracle& o : oracles())
-    if (wanted(opts, o.name)) rep.checks.push_back(o.judge(*runs));
+    if (wanted(opts, o.name)) rep.checks.push_back(o.judge(runs));
 
   rep.disposition = Disposition::Skipped;
   for (const auto& c : rep.checks) rep.disposition = worse(rep.disposition, c.disposition);

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/base/json.h"
 #include "harness/device/device.h"
+#include "harness/sut/sut.h"
 #include "harness/training/spec.h"
 #include "models/check.h"
 
@@ -73,6 +75,9 @@ struct OracleOptions {
   // The skip policy's lost saving inside graphs: a finding (false) or a failure (true).
   bool require_memory_savings = false;
   std::vector<std::string> properties;  // the ones to check; empty: all
+  // The system under test: null runs recap's runtime in this process (the default); a Sut (a worker
+  // process speaking recap.worker/1) runs the case and every twin.
+  std::shared_ptr<sut::Sut> sut;
 };
 
 struct CaseReport {

@@ -34,6 +34,7 @@ struct CampaignOptions {
   bool isolate = false;      // worker processes even with one job
   bool progress = false;     // the \r progress line on stderr
   std::string worker_out;    // this process is a worker: write the result here
+  std::string sut = "recap"; // --sut (fuzz.oracle.sut is made from it in each process)
 };
 
 CampaignResult run_campaign(const CampaignOptions& o);
@@ -53,7 +54,8 @@ int shard_cases(int cases, int i, int n);
 // Replays one case file (already validated into *spec) on `backend`; prints the verdict and, when
 // a check diverged, the step-by-step table of the first divergence. `print` false: quiet.
 ReplayOutcome replay_case(const std::string& path, const training::CaseSpec& spec, const std::string& backend,
-                          bool require_memory_savings, const std::vector<std::string>& properties, bool print);
+                          bool require_memory_savings, const std::vector<std::string>& properties,
+                          const std::shared_ptr<sut::Sut>& sut, bool print);
 
 // The flags fuzz and gate share.
 struct FuzzFlags {
@@ -68,6 +70,7 @@ struct FuzzFlags {
   std::string report, corpus_dir = "corpus/found", junit, worker_out;
   bool require_memory_savings = false;
   std::vector<std::string> properties;  // --property; empty: all
+  std::string sut = "recap";
 };
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f);
 // Resolves the backend, seed, shard and policy; *seed_random when the seed was drawn.

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/device/device.h"
+#include "harness/sut/sut.h"
 
 namespace recap::cli {
 
@@ -27,6 +28,11 @@ struct UsageError : std::runtime_error {
 void add_backend_option(CLI::App& cmd, std::string* backend);
 // Adds --property NAME... (the oracles to check; all when absent); an unknown name is a usage error.
 void add_property_option(CLI::App& cmd, std::vector<std::string>* properties);
+// Adds --sut recap|recap-worker (default recap: in process).
+void add_sut_option(CLI::App& cmd, std::string* sut);
+// The system under test --sut names, on `backend` (a concrete one: sim or cuda); null for recap in
+// process.
+std::shared_ptr<sut::Sut> make_sut(const std::string& name, const std::string& backend);
 // Makes the device the --backend text asks for, or throws UsageError saying why it can't.
 std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts = {});
 

@@ -12,6 +12,7 @@ namespace recap::cli {
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   add_backend_option(*cmd, &f->backend);
   add_property_option(*cmd, &f->properties);
+  add_sut_option(*cmd, &f->sut);
   cmd->add_option("--cases", f->cases, "Cases to generate (all shards and jobs together)")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
@@ -67,6 +68,12 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   }
   o.fuzz.oracle.require_memory_savings = f.require_memory_savings;
   o.fuzz.oracle.properties = f.properties;
+  o.sut = f.sut;
+  if (f.worker_out.empty() && (f.jobs > 1 || f.isolate)) {
+    // The parent only spawns and merges: each worker process makes its own system under test.
+  } else {
+    o.fuzz.oracle.sut = make_sut(f.sut, o.backend);
+  }
   o.jobs = f.jobs;
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;

@@ -48,9 +48,10 @@ int gate(GateArgs a) {
   std::printf("recap gate: replaying %zu corpus case%s from %s\n", files.size(), files.size() == 1 ? "" : "s",
               a.corpus.c_str());
   std::vector<ReplayOutcome> replays;
+  const auto replay_sut = o.fuzz.oracle.sut ? o.fuzz.oracle.sut : make_sut(f.sut, o.backend);
   int differ = 0;
   for (size_t i = 0; i < files.size(); ++i) {
-    replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, false));
+    replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, replay_sut, false));
     const auto& r = replays.back();
     differ += !r.as_expected;
     std::printf("  %-60s %-9s %s\n", files[i].c_str(), r.disposition.c_str(),

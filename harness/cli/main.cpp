@@ -1,5 +1,6 @@
 // recap: verification and fuzz testing of activation recomputation under CUDA graph capture.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "harness/cli/cli.h"
@@ -22,6 +23,22 @@ void add_property_option(CLI::App& cmd, std::vector<std::string>* properties) {
   cmd.add_option("--property", *properties, "Check only these properties (repeat the flag or separate by commas; all when absent): " + all)
       ->delimiter(',')
       ->check([](const std::string& name) { return properties::unknown_property({name}); });
+}
+
+void add_sut_option(CLI::App& cmd, std::string* sut) {
+  cmd.add_option("--sut", *sut,
+                 "System under test: recap (recap's runtime in this process) or recap-worker (the same runtime "
+                 "in a persistent `recap worker` process, through the worker protocol)")
+      ->check(CLI::IsMember({"recap", "recap-worker"}))
+      ->default_val("recap");
+}
+
+std::shared_ptr<sut::Sut> make_sut(const std::string& name, const std::string& backend) {
+  if (name.empty() || name == "recap") return nullptr;  // in process
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw UsageError("cannot find the recap executable (/proc/self/exe): " + ec.message());
+  return std::make_shared<sut::WorkerSut>(name, std::vector<std::string>{exe.string(), "worker", "--backend", backend});
 }
 
 std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts) {

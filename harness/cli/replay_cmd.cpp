@@ -142,7 +142,8 @@ bool check_failed(const properties::CheckResult& c) {
 }  // namespace
 
 ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const std::string& backend,
-                          bool require_memory_savings, const std::vector<std::string>& properties, bool print) {
+                          bool require_memory_savings, const std::vector<std::string>& properties,
+                          const std::shared_ptr<sut::Sut>& sut, bool print) {
   ReplayOutcome out;
   out.path = path;
   out.expected = spec.expected;
@@ -158,6 +159,7 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
   }
   opts.backend = choice;
   opts.properties = properties;
+  opts.sut = sut;
   opts.require_memory_savings =
       require_memory_savings || (exp_obj && exp.contains("require_memory_savings") && exp["require_memory_savings"].is_boolean() &&
                                  exp["require_memory_savings"].get<bool>());
@@ -229,6 +231,7 @@ struct ReplayArgs {
   std::string backend = "sim";
   bool require_memory_savings = false;
   std::vector<std::string> properties;
+  std::string sut = "recap";
   std::string report;
 };
 
@@ -242,8 +245,9 @@ int replay(const ReplayArgs& a) {
   open_device(a.backend);  // an unusable backend is bad usage, said once
   std::vector<ReplayOutcome> outs;
   int differ = 0;
+  const auto sut = make_sut(a.sut, device::backend_name(open_device(a.backend)->backend()));
   for (size_t i = 0; i < a.files.size(); ++i) {
-    outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, a.properties, true));
+    outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, a.properties, sut, true));
     differ += !outs.back().as_expected;
   }
   if (a.files.size() > 1)
@@ -278,6 +282,7 @@ void add_replay_command(CLI::App& app, Runner* runner) {
       ->check(CLI::IsMember({"sim", "cuda", "auto"}))
       ->default_val("sim");
   add_property_option(*cmd, &args->properties);
+  add_sut_option(*cmd, &args->sut);
   cmd->add_flag("--require-memory-savings", args->require_memory_savings,
                 "Recompute that saves no activation memory inside graphs is a failure, not a finding");
   cmd->add_option("--report", args->report, "Write a JSON report (schema recap.report/1)");

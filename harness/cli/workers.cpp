@@ -83,6 +83,10 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back(o.policy);
     }
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
+    if (o.sut != "recap") {
+      args.push_back("--sut");
+      args.push_back(o.sut);
+    }
     for (const auto& p : o.fuzz.oracle.properties) {
       args.push_back("--property");
       args.push_back(p);

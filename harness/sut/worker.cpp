@@ -1,6 +1,10 @@
 #include "harness/sut/worker.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "harness/base/names.h"
 #include "models/registry.h"
@@ -69,9 +73,126 @@ Message observation_of(const training::RunResult& r, const Json& id) {
   }
   h["steps"] = steps;
   h["memory"] = memory_json(r);
-  h["recompute_mismatches"] = r.recompute_mismatches;
-  h["reused_masks"] = r.reused_masks;
+  // What recap's own oracles read beyond the common fields (run_result_of reads them back).
+  Json cap = Json::array();
+  for (const auto& c : r.capture_memory.allocator.tensors) cap.push_back({c.live_bytes, c.peak_bytes});
+  Json step_memory = Json::array();
+  for (const auto& s : r.steps) step_memory.push_back({s.memory.device.peak_bytes, s.memory.activations_peak()});
+  h["recap"] = {{"layer_names", r.layer_names},
+                {"param_layer", r.param_layer},
+                {"captured", r.captured},
+                {"graphs", r.graphs},
+                {"capture_ms", json_number(r.capture_ms)},
+                {"capture_tensors", cap},
+                {"capture_device_peak", r.capture_memory.device.peak_bytes},
+                {"capture_pool_peak_reserved", r.capture_memory.allocator.pool_peak_reserved_bytes},
+                {"step_memory", step_memory},
+                {"ledger_summary", r.ledger_summary},
+                {"recompute_mismatches", r.recompute_mismatches},
+                {"reused_masks", r.reused_masks}};
   return m;
+}
+
+namespace {
+const Json& need(const Json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) throw ProtocolError(where + ": missing '" + key + "'");
+  return j[key];
+}
+double number(const Json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) return j == "nan" ? NAN : j == "inf" ? INFINITY : j == "-inf" ? -INFINITY : throw ProtocolError("a number expected");
+  throw ProtocolError("a number expected");
+}
+std::vector<float> frame_values(const Message& m, const std::string& name) {
+  const Frame* f = m.frame(name);
+  if (!f) throw ProtocolError("observation: missing frame '" + name + "'");
+  return f32_values(*f);
+}
+}  // namespace
+
+training::RunResult run_result_of(const Message& m, const training::CaseSpec& spec) {
+  const Json& h = m.header;
+  try {
+    if (h.value("op", std::string()) == "error") throw ProtocolError("the worker refused the run: " + h.value("message", std::string()));
+    if (h.value("op", std::string()) != "observation") throw ProtocolError("observation expected");
+    training::RunResult r;
+    r.spec = spec;
+    const std::string status = need(h, "status", "observation").get<std::string>();
+    if (status == "skipped") throw ProtocolError("the worker skipped the case: " + h.value("reason", std::string()));
+    if (status == "failed") {
+      const Json& f = need(h, "failure", "observation");
+      training::RunFailure rf;
+      rf.phase = f.value("phase", std::string());
+      rf.pass = f.value("pass", std::string());
+      rf.layer = f.value("layer", std::string());
+      rf.microbatch = f.value("microbatch", -1);
+      rf.step = f.value("step", -1);
+      rf.api = f.value("api", std::string());
+      rf.error = f.value("error", std::string());
+      rf.message = f.value("message", std::string());
+      r.failure = rf;
+    }
+    r.param_names = need(h, "param_names", "observation").get<std::vector<std::string>>();
+    const Json& x = need(h, "recap", "observation");
+    r.layer_names = x.value("layer_names", std::vector<std::string>{});
+    r.param_layer = x.value("param_layer", std::vector<int>{});
+    r.captured = x.value("captured", false);
+    r.graphs = x.value("graphs", 0);
+    r.capture_ms = number(need(x, "capture_ms", "observation.recap"));
+    const Json& cap = need(x, "capture_tensors", "observation.recap");
+    for (size_t c = 0; c < cap.size() && c < r.capture_memory.allocator.tensors.size(); ++c) {
+      r.capture_memory.allocator.tensors[c].live_bytes = cap[c].at(0).get<int64_t>();
+      r.capture_memory.allocator.tensors[c].peak_bytes = cap[c].at(1).get<int64_t>();
+    }
+    r.capture_memory.device.peak_bytes = x.value("capture_device_peak", int64_t{0});
+    r.capture_memory.allocator.pool_peak_reserved_bytes = x.value("capture_pool_peak_reserved", int64_t{0});
+    r.ledger_summary = x.value("ledger_summary", std::string());
+    r.recompute_mismatches = x.value("recompute_mismatches", size_t{0});
+    r.reused_masks = x.value("reused_masks", size_t{0});
+    const Json& step_memory = need(x, "step_memory", "observation.recap");
+    const Json& steps = need(h, "steps", "observation");
+    const size_t n = r.param_names.size();
+    const int act = static_cast<int>(device::MemCategory::Activations);
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const Json& sj = steps[k];
+      training::StepRecord s;
+      s.step = need(sj, "step", "steps").get<int>();
+      s.phase = need(sj, "phase", "steps").get<std::string>();
+      s.ms = number(need(sj, "ms", "steps"));
+      const std::string st = std::to_string(s.step);
+      const Json& losses = need(sj, "losses", "steps");
+      for (size_t mb = 0; mb < losses.size(); ++mb) {
+        training::MicrobatchRecord rec;
+        rec.microbatch = static_cast<int>(mb);
+        rec.loss = static_cast<float>(number(losses[mb]));
+        for (size_t i = 0; i < n; ++i) rec.grads.push_back(frame_values(m, "grad " + st + " " + std::to_string(mb) + " " + std::to_string(i)));
+        s.microbatches.push_back(std::move(rec));
+      }
+      for (size_t i = 0; i < n; ++i) s.grads.push_back(frame_values(m, "grad " + st + " " + std::to_string(i)));
+      for (size_t i = 0; i < n; ++i) s.params.push_back(frame_values(m, "param " + st + " " + std::to_string(i)));
+      for (const Json& d : sj.value("draws", Json::array())) {
+        runtime::LedgerEntry e;
+        e.site.layer = d.value("layer", std::string());
+        e.site.op = d.value("op", std::string());
+        e.site.microbatch = d.value("microbatch", 0);
+        from_name(runtime::kPhaseNames, d.value("pass", std::string("forward")), &e.site.phase);
+        e.step = s.step;
+        e.seed = d.value("seed", uint64_t{0});
+        e.offset = d.value("offset", uint64_t{0});
+        e.count = d.value("count", uint64_t{0});
+        e.generator = d.value("generator", std::string());
+        s.ledger.push_back(e);
+      }
+      if (k < step_memory.size()) {
+        s.memory.device.peak_bytes = step_memory[k].at(0).get<int64_t>();
+        s.memory.allocator.tensors[act].peak_bytes = step_memory[k].at(1).get<int64_t>();
+      }
+      r.steps.push_back(std::move(s));
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError(std::string("a malformed observation: ") + e.what());
+  }
 }
 
 Message hello_reply(device::Device& dev) {
@@ -98,7 +219,35 @@ Message hello_reply(device::Device& dev) {
   return m;
 }
 
+namespace {
+// Fault points for the client's crash tests, off unless RECAP_FAULT_WORKER is set:
+// "abort@N" aborts the worker at its N-th run, "garbage@N" answers it with a line that is not JSON;
+// ":FILE" after N makes it fire once per FILE (the worker that fires creates it), so the worker
+// recap starts next runs clean.
+struct WorkerFault {
+  std::string kind;
+  int at = -1;
+  std::string once;
+};
+WorkerFault worker_fault() {
+  WorkerFault f;
+  if (const char* e = std::getenv("RECAP_FAULT_WORKER")) {
+    std::string v = e;
+    size_t at = v.find('@');
+    if (at != std::string::npos) {
+      f.kind = v.substr(0, at);
+      f.at = std::atoi(v.c_str() + at + 1);
+      size_t colon = v.find(':', at);
+      if (colon != std::string::npos) f.once = v.substr(colon + 1);
+    }
+  }
+  return f;
+}
+}  // namespace
+
 int serve(FILE* in, FILE* out, device::BackendChoice backend) {
+  static const WorkerFault fault = worker_fault();
+  int runs = 0;
   std::string err;
   auto probe = device::make_device(backend, {}, &err);
   for (;;) {
@@ -140,11 +289,33 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
       write_message(out, error_reply("case: " + problem, id));
       continue;
     }
+    if (++runs == fault.at && (fault.once.empty() || !std::filesystem::exists(fault.once))) {
+      if (!fault.once.empty()) std::ofstream{fault.once};
+      if (fault.kind == "abort") std::abort();
+      if (fault.kind == "garbage") {
+        std::fputs("garbage instead of an observation\n", out);
+        std::fflush(out);
+        continue;
+      }
+    }
     auto t0 = std::chrono::steady_clock::now();
     try {
       auto dev = device::make_device(backend, {}, &err);
       if (!dev) throw std::runtime_error("cannot create the device: " + err);
-      Message obs = observation_of(training::run_case(*dev, spec), id);
+      // As recap runs a case in process (properties' run_on_fresh_device): a session on a fresh
+      // device, hygiene checked on it right after a failed capture, the bytes left measured after it.
+      training::RunResult r;
+      std::string hygiene;
+      {
+        training::Session session(*dev, spec);
+        r = session.run();
+        if (r.failure && r.failure->phase == "capture") hygiene = training::hygiene_after_failed_capture(session, *dev);
+      }
+      Message obs = observation_of(r, id);
+      obs.header["device"] = dev->name();
+      obs.header["recap"]["backend"] = device::backend_name(dev->backend());
+      obs.header["recap"]["hygiene"] = hygiene;
+      obs.header["recap"]["live_after"] = dev->memory_stats().live_bytes;
       obs.header["timings"] = {
           {"run_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
       write_message(out, obs);

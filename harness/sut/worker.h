@@ -18,6 +18,10 @@ namespace recap::sut {
 
 // The observation of one run (the reply to `run`).
 Message observation_of(const training::RunResult& r, const Json& id);
+// The run an observation of recap's runtime describes, as recap's oracles read it (the inverse
+// of observation_of for recap's own fields). ProtocolError when it is not one, or lacks a field or
+// frame.
+training::RunResult run_result_of(const Message& obs, const training::CaseSpec& spec);
 // The reply to `hello`.
 Message hello_reply(device::Device& dev);
 

@@ -103,6 +103,11 @@ class Session {
 
 RunResult run_case(device::Device& dev, const CaseSpec& spec);
 
+// After a session's capture failed: "" when the phase flags are clear, no stream is left capturing,
+// no checkpoint keeps pending records and one more eager step works; else the first problem, one
+// line (the hygiene oracle's check, docs/recompute-and-rng.md bug class 6).
+std::string hygiene_after_failed_capture(Session& session, device::Device& dev);
+
 // ---- reading a result ------------------------------------------------------------------------
 
 // passed: ran through, and nothing the run can see by itself is wrong; failed: an error was

@@ -6,6 +6,7 @@
 #include "harness/training/executor.h"
 
 #include "harness/base/hash.h"
+#include "harness/runtime/phase.h"
 
 namespace recap::training {
 
@@ -135,6 +136,37 @@ Json run_result_to_json(const RunResult& r) {
   }
   j["steps"] = steps;
   return j;
+}
+
+namespace {
+// Hygiene after a failed capture, on the session whose capture failed: "" or the problem.
+std::string hygiene_checks(Session& session, device::Device& dev) {
+  const int step = session.trainer().spec.steps();
+  if (!runtime::phase_flags_clear()) return "phase flags still set after the failed capture";
+  auto& t = session.trainer();
+  for (device::Stream s : {t.main, t.side, t.capture}) {
+    device::CaptureStatus st = device::CaptureStatus::None;
+    uint64_t id = 0;
+    dev.stream_get_capture_info(s, &st, &id);
+    if (st != device::CaptureStatus::None)
+      return "stream " + std::to_string(s.id) + " still " + device::capture_status_name(st) + " after the failed capture";
+  }
+  for (auto* c : t.checkpoints)
+    if (c->pending() != 0) return "a checkpoint keeps " + std::to_string(c->pending()) + " pending records";
+  StepRecord rec = session.eager_step(step);
+  for (const auto& m : rec.microbatches)
+    if (!std::isfinite(m.loss)) return "the eager step after the failed capture has a non-finite loss";
+  if (!runtime::phase_flags_clear()) return "phase flags set after the eager step";
+  return "";
+}
+}  // namespace
+
+std::string hygiene_after_failed_capture(Session& session, device::Device& dev) {
+  try {
+    return hygiene_checks(session, dev);
+  } catch (const std::exception& e) {
+    return std::string("the eager step after the failed capture threw: ") + e.what();
+  }
 }
 
 }  // namespace recap::training

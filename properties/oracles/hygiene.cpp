@@ -17,26 +17,6 @@ using training::ExecutorKind;
 
 namespace {
 
-// Hygiene after a failed capture, on the session whose capture failed: "" or the problem.
-std::string hygiene_after(training::Session& session, device::Device& dev, int step) {
-  if (!runtime::phase_flags_clear()) return "phase flags still set after the failed capture";
-  auto& t = session.trainer();
-  for (device::Stream s : {t.main, t.side, t.capture}) {
-    device::CaptureStatus st = device::CaptureStatus::None;
-    uint64_t id = 0;
-    dev.stream_get_capture_info(s, &st, &id);
-    if (st != device::CaptureStatus::None)
-      return "stream " + std::to_string(s.id) + " still " + device::capture_status_name(st) + " after the failed capture";
-  }
-  for (auto* c : t.checkpoints)
-    if (c->pending() != 0) return "a checkpoint keeps " + std::to_string(c->pending()) + " pending records";
-  training::StepRecord rec = session.eager_step(step);
-  for (const auto& m : rec.microbatches)
-    if (!std::isfinite(m.loss)) return "the eager step after the failed capture has a non-finite loss";
-  if (!runtime::phase_flags_clear()) return "phase flags set after the eager step";
-  return "";
-}
-
 // The case turned into one whose capture fails: naive policy, host generator, the first layer
 // checkpointed whole and graphed, per-layer graphs unless full-iteration, no warmup, one replay.
 CaseSpec injected_failure(CaseSpec s) {
@@ -55,18 +35,6 @@ CaseSpec injected_failure(CaseSpec s) {
 
 bool capture_failed(const training::RunResult& r) { return r.failure && r.failure->phase == "capture"; }
 
-// While the case's own session lives: when its capture failed, judge that session.
-void inspect_session(Runs& runs, training::Session& session, device::Device& dev) {
-  if (!capture_failed(runs.main())) return;
-  std::string h;
-  try {
-    h = hygiene_after(session, dev, runs.spec().steps());
-  } catch (const std::exception& e) {
-    h = std::string("the eager step after the failed capture threw: ") + e.what();
-  }
-  runs.session_notes["hygiene"] = h;
-}
-
 CheckResult judge(Runs& runs) {
   const char* p = "hygiene";
   if (capture_failed(runs.main())) {
@@ -77,13 +45,12 @@ CheckResult judge(Runs& runs) {
   auto t0 = std::chrono::steady_clock::now();
   CheckResult c;
   try {
-    auto dev = new_device(runs.options().backend);
-    training::Session session(*dev, inj);
-    training::RunResult ir = session.run();
-    if (!capture_failed(ir)) {
+    Run ir = run_on_fresh_device(inj, runs.options());
+    if (!ir.crash.empty()) throw std::runtime_error(ir.crash);
+    if (!capture_failed(*ir.result)) {
       c = skipped(p, "the injected capture failure did not happen");
     } else {
-      std::string h = hygiene_after(session, *dev, inj.steps());
+      const std::string& h = ir.hygiene;
       c = h.empty() ? passed(p) : bad(p, Disposition::Incorrect, h);
     }
   } catch (const std::exception& e) {
@@ -96,8 +63,7 @@ CheckResult judge(Runs& runs) {
 }  // namespace
 
 Oracle hygiene_oracle() {
-  return {"hygiene", "after an injected capture failure, flags and streams are clean and the next step works", judge,
-          inspect_session};
+  return {"hygiene", "after an injected capture failure, flags and streams are clean and the next step works", judge};
 }
 
 }  // namespace recap::properties

@@ -27,9 +27,12 @@ struct Run {
   std::string crash;
   double ms = 0;
   int64_t live_after = 0;  // device bytes live after teardown
+  std::string hygiene;     // after a failed capture: training::hygiene_after_failed_capture
+  std::string device_name, backend;  // what it ran on ("sim", "NVIDIA H200"; "sim", "cuda")
 };
 std::unique_ptr<device::Device> new_device(device::BackendChoice b);
-Run run_on_fresh_device(const training::CaseSpec& spec, device::BackendChoice backend);
+// On opts.sut when set, else in process on a fresh device of opts.backend.
+Run run_on_fresh_device(const training::CaseSpec& spec, const OracleOptions& opts);
 // "" when the twin ran through, else "<what> crashed: ..." / "<what> failed: ...".
 std::string twin_trouble(const char* what, const Run& r);
 // Where two runs of the same case first differ, bitwise (steps in order; per microbatch the loss
@@ -61,8 +64,8 @@ class Runs {
   const Run& no_checkpoint_twin();
   const Run& graph_safe_twin();
 
-  // What an oracle saw of the case's own session while it was alive (Oracle::inspect_session),
-  // by oracle name.
+  // What was seen of the case's own session while it was alive, by oracle name ("hygiene": the
+  // check after its failed capture).
   std::map<std::string, std::string> session_notes;
 
  private:
@@ -81,8 +84,6 @@ struct Oracle {
   const char* name;
   const char* demands;  // one line, for --help and the docs
   CheckResult (*judge)(Runs&);
-  // Optional: called while the case's own session is still alive, right after its run.
-  void (*inspect_session)(Runs&, training::Session&, device::Device&) = nullptr;
 };
 
 // The memory figures of a run, for every case report (memory.cpp).

@@ -104,13 +104,29 @@ std::unique_ptr<device::Device> new_device(device::BackendChoice b) {
   return dev;
 }
 
-Run run_on_fresh_device(const CaseSpec& spec, device::BackendChoice backend) {
+Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
   Run r;
   auto t0 = std::chrono::steady_clock::now();
   try {
-    auto dev = new_device(backend);
-    r.result = training::run_case(*dev, spec);
-    r.live_after = dev->memory_stats().live_bytes;
+    if (opts.sut) {
+      sut::SutRun s = opts.sut->run(spec);
+      r.result = std::move(s.result);
+      r.live_after = s.live_after;
+      r.hygiene = s.hygiene;
+      r.device_name = s.device_name;
+      r.backend = s.backend;
+    } else {
+      auto dev = new_device(opts.backend);
+      r.device_name = dev->name();
+      r.backend = device::backend_name(dev->backend());
+      {
+        training::Session session(*dev, spec);
+        r.result = session.run();
+        if (r.result->failure && r.result->failure->phase == "capture")
+          r.hygiene = training::hygiene_after_failed_capture(session, *dev);
+      }
+      r.live_after = dev->memory_stats().live_bytes;
+    }
   } catch (const std::exception& e) {
     r.crash = e.what();
   } catch (...) {
@@ -150,7 +166,7 @@ CaseSpec without_checkpoints(CaseSpec s) {
 
 const Run& Runs::twin(std::optional<Run>& slot, const CaseSpec& spec, const char* timing_key) {
   if (!slot) {
-    slot = run_on_fresh_device(spec, opts_.backend);
+    slot = run_on_fresh_device(spec, opts_);
     report_.timings[timing_key] = slot->ms;
   }
   return *slot;

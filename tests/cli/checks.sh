@@ -129,6 +129,45 @@ print("only eager_vs_graphed:", judged, "of", len(r["cases"]), "cases compared")
 PY
   done
   ;;
+fuzz_sut_worker_same_report)
+  # recap's runtime through `recap worker` processes (the worker protocol) gives the report the
+  # in-process runtime gives: a graph-safe campaign, a drawn-policy one with its shrunk
+  # counterexample, both through --jobs 2 as well, and the corpus replayed.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  canon="$src/scripts/report-canon.py"
+  same() {  # A.json B.json WHAT
+    "$py" "$canon" "$1" > "$1.canon" && "$py" "$canon" "$2" > "$2.canon" || fail "$3: cannot read the reports"
+    cmp -s "$1.canon" "$2.canon" || { diff "$1.canon" "$2.canon" | head -20; fail "$3: the worker's report differs"; }
+    echo "same report: $3 ($(grep -c '"spec"' "$1.canon") case reports)"
+  }
+  for policy in "--policy graph-safe" ""; do
+    "$recap" fuzz --backend sim $policy --seed 7 --cases 60 --corpus-dir p --report p.json > /dev/null
+    "$recap" fuzz --backend sim --sut recap-worker $policy --seed 7 --cases 60 --corpus-dir w --report w.json > /dev/null
+    "$recap" fuzz --backend sim --sut recap-worker --jobs 2 $policy --seed 7 --cases 60 --corpus-dir wj --report wj.json > /dev/null
+    same p.json w.json "fuzz ${policy:-drawn policy}"
+    "$py" "$canon" p.json | grep -q '"disposition": "crashed"' && fail "a crashed case in process"
+  done
+  "$recap" replay --backend sim "$src"/corpus/*.json --report rp.json > /dev/null
+  "$recap" replay --backend sim --sut recap-worker "$src"/corpus/*.json --report rw.json > /dev/null || fail "corpus through the worker"
+  same rp.json rw.json "corpus replay"
+  ;;
+fuzz_sut_worker_crash_is_a_case)
+  # A worker that aborts, or answers with garbage, makes that case `crashed` with a one-line
+  # reason; the campaign completes (exit 1, report written) and the next case gets a new worker
+  # (the fault fires once: the shrinking that follows runs on clean workers).
+  for fault in abort garbage; do
+    RECAP_FAULT_WORKER=$fault@4:$PWD/fired-$fault "$recap" fuzz --backend sim --sut recap-worker --policy graph-safe --seed 1 --cases 30 \
+      --corpus-dir f$fault --report f$fault.json > out.txt; rc=$?
+    [ "$rc" -eq 1 ] || { cat out.txt; fail "$fault: exit $rc, expected 1"; }
+    grep -q "crashed 1" out.txt || { cat out.txt; fail "$fault: no crashed case"; }
+    case $fault in
+      abort) grep -q "the worker died of signal 6" out.txt || { cat out.txt; fail "abort: the reason does not name the signal"; } ;;
+      garbage) grep -q "a header that is not JSON: 'garbage instead of an observation'" out.txt || { cat out.txt; fail "garbage: reason"; } ;;
+    esac
+    [ -s f$fault.json ] || fail "$fault: no report"
+  done
+  echo "both faults: crashed, one line, report written"
+  ;;
 fuzz_shards_merge)
   "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --shard 0/2 --corpus-dir s0 --report s0.json > /dev/null; r0=$?
   GTEST_SHARD_INDEX=1 GTEST_TOTAL_SHARDS=2 "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --corpus-dir s1 --report s1.json > /dev/null; r1=$?
