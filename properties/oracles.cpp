@@ -100,6 +100,11 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   if (!own.device_name.empty()) rep.device_name = own.device_name;
   if (!own.backend.empty()) rep.backend = own.backend;
   device::Backend backend = rep.backend == "cuda" ? device::Backend::Cuda : device::Backend::Sim;
+  if (!own.skipped.empty()) {
+    rep.disposition = Disposition::Skipped;
+    rep.checks.push_back(skipped("capture_clean", "the system under test cannot run this case: " + own.skipped));
+    return rep;
+  }
   if (!crash.empty()) {
     rep.checks.push_back(bad("capture_clean", Disposition::Crashed, "the run threw: " + crash));
     rep.disposition = Disposition::Crashed;

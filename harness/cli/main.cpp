@@ -1,5 +1,6 @@
 // recap: verification and fuzz testing of activation recomputation under CUDA graph capture.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -27,9 +28,10 @@ void add_property_option(CLI::App& cmd, std::vector<std::string>* properties) {
 
 void add_sut_option(CLI::App& cmd, std::string* sut) {
   cmd.add_option("--sut", *sut,
-                 "System under test: recap (recap's runtime in this process) or recap-worker (the same runtime "
-                 "in a persistent `recap worker` process, through the worker protocol)")
-      ->check(CLI::IsMember({"recap", "recap-worker"}))
+                 "System under test: recap (recap's runtime in this process), recap-worker (the same runtime "
+                 "in a persistent `recap worker` process, through the worker protocol) or torch (PyTorch through "
+                 "drivers/recap_drivers; RECAP_PYTHON, RECAP_DRIVERS_DIR choose the interpreter and the package)")
+      ->check(CLI::IsMember({"recap", "recap-worker", "torch"}))
       ->default_val("recap");
 }
 
@@ -38,7 +40,20 @@ std::shared_ptr<sut::Sut> make_sut(const std::string& name, const std::string& b
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw UsageError("cannot find the recap executable (/proc/self/exe): " + ec.message());
-  return std::make_shared<sut::WorkerSut>(name, std::vector<std::string>{exe.string(), "worker", "--backend", backend});
+  if (name == "recap-worker")
+    return std::make_shared<sut::WorkerSut>(name, std::vector<std::string>{exe.string(), "worker", "--backend", backend},
+                                            /*send_frames=*/false, /*recap_runtime=*/true);
+  // torch: the driver package next to the sources recap was built from, unless told otherwise.
+  const char* dir = std::getenv("RECAP_DRIVERS_DIR");
+  const std::string drivers = dir ? dir : std::string(RECAP_SOURCE_DIR) + "/drivers";
+  const char* old = std::getenv("PYTHONPATH");
+  setenv("PYTHONPATH", (drivers + (old && *old ? ":" + std::string(old) : "")).c_str(), 1);
+  const char* py = std::getenv("RECAP_PYTHON");
+  return std::make_shared<sut::WorkerSut>(
+      name,
+      std::vector<std::string>{py ? py : "python3", "-m", "recap_drivers", "--sut", "torch", "--device",
+                               backend == "cuda" ? "cuda" : "cpu"},
+      /*send_frames=*/true, /*recap_runtime=*/false);
 }
 
 std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts) {

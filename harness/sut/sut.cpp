@@ -29,7 +29,7 @@ void WorkerSut::start() {
   std::vector<char*> argv;
   for (auto& a : argv_) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int rc = posix_spawn(&pid_, argv_[0].c_str(), &fa, nullptr, argv.data(), environ);
+  int rc = posix_spawnp(&pid_, argv_[0].c_str(), &fa, nullptr, argv.data(), environ);  // PATH lookup: python3
   posix_spawn_file_actions_destroy(&fa);
   close(in[0]);
   close(out[1]);
@@ -68,6 +68,7 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
   Message req;
   const int64_t id = next_id_++;
   req.header = {{"op", "run"}, {"id", id}, {"case", training::case_to_json(spec)}};
+  if (send_frames_) req.frames = case_frames(spec);
   Message obs;
   try {
     write_message(to_, req);

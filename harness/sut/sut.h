@@ -25,17 +25,24 @@ class Sut {
  public:
   virtual ~Sut() = default;
   virtual std::string name() const = 0;
-  // Runs the case. Throws std::runtime_error with one line when the system could not give a run
-  // (the worker died, talked garbage, refused the case): the oracles record the case as crashed.
+  // Whether it is recap's own runtime (whose fp64 reference recap can compute without its masks).
+  virtual bool recap_runtime() const = 0;
+  // Runs the case. Throws SkippedBySut when the system cannot run it as specified, and
+  // std::runtime_error with one line when it could not give a run (the worker died, talked
+  // garbage, refused the case): the oracles record the case as crashed.
   virtual SutRun run(const training::CaseSpec& spec) = 0;
 };
 
 // recap's runtime behind `argv` (e.g. {"/path/recap", "worker", "--backend", "sim"}).
 class WorkerSut : public Sut {
  public:
-  WorkerSut(std::string name, std::vector<std::string> argv) : name_(std::move(name)), argv_(std::move(argv)) {}
+  // `send_frames`: send each case's parameters and data (a framework needs them; recap's own
+  // worker derives them from the seeds).
+  WorkerSut(std::string name, std::vector<std::string> argv, bool send_frames, bool recap_runtime)
+      : name_(std::move(name)), argv_(std::move(argv)), send_frames_(send_frames), recap_runtime_(recap_runtime) {}
   ~WorkerSut() override;
   std::string name() const override { return name_; }
+  bool recap_runtime() const override { return recap_runtime_; }
   SutRun run(const training::CaseSpec& spec) override;
 
  private:
@@ -43,6 +50,8 @@ class WorkerSut : public Sut {
   void stop();  // closes the pipes, reaps the process; returns how it ended in last_exit_
   std::string name_;
   std::vector<std::string> argv_;
+  bool send_frames_;
+  bool recap_runtime_;
   pid_t pid_ = -1;
   FILE* to_ = nullptr;
   FILE* from_ = nullptr;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -118,7 +120,7 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     training::RunResult r;
     r.spec = spec;
     const std::string status = need(h, "status", "observation").get<std::string>();
-    if (status == "skipped") throw ProtocolError("the worker skipped the case: " + h.value("reason", std::string()));
+    if (status == "skipped") throw SkippedBySut(h.value("reason", std::string("no reason given")));
     if (status == "failed") {
       const Json& f = need(h, "failure", "observation");
       training::RunFailure rf;
@@ -133,13 +135,15 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       r.failure = rf;
     }
     r.param_names = need(h, "param_names", "observation").get<std::vector<std::string>>();
-    const Json& x = need(h, "recap", "observation");
+    static const Json none = Json::object();
+    const bool own = h.contains("recap");  // recap's runtime, with its own fields
+    const Json& x = own ? h["recap"] : none;
     r.layer_names = x.value("layer_names", std::vector<std::string>{});
     r.param_layer = x.value("param_layer", std::vector<int>{});
     r.captured = x.value("captured", false);
     r.graphs = x.value("graphs", 0);
-    r.capture_ms = number(need(x, "capture_ms", "observation.recap"));
-    const Json& cap = need(x, "capture_tensors", "observation.recap");
+    r.capture_ms = own ? number(need(x, "capture_ms", "observation.recap")) : 0.0;
+    const Json& cap = own ? need(x, "capture_tensors", "observation.recap") : Json::array();
     for (size_t c = 0; c < cap.size() && c < r.capture_memory.allocator.tensors.size(); ++c) {
       r.capture_memory.allocator.tensors[c].live_bytes = cap[c].at(0).get<int64_t>();
       r.capture_memory.allocator.tensors[c].peak_bytes = cap[c].at(1).get<int64_t>();
@@ -149,7 +153,7 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     r.ledger_summary = x.value("ledger_summary", std::string());
     r.recompute_mismatches = x.value("recompute_mismatches", size_t{0});
     r.reused_masks = x.value("reused_masks", size_t{0});
-    const Json& step_memory = need(x, "step_memory", "observation.recap");
+    const Json& step_memory = own ? need(x, "step_memory", "observation.recap") : Json::array();
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
     const int act = static_cast<int>(device::MemCategory::Activations);
@@ -170,6 +174,20 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       }
       for (size_t i = 0; i < n; ++i) s.grads.push_back(frame_values(m, "grad " + st + " " + std::to_string(i)));
       for (size_t i = 0; i < n; ++i) s.params.push_back(frame_values(m, "param " + st + " " + std::to_string(i)));
+      // Another system's masks stand in for the ledger: a draw per mask, its digest in place of
+      // the realized (seed, offset).
+      for (const Json& d : sj.value("masks", Json::array())) {
+        runtime::LedgerEntry e;
+        e.site.layer = d.value("layer", std::string());
+        e.site.op = d.value("op", std::string());
+        e.site.microbatch = d.value("microbatch", 0);
+        from_name(runtime::kPhaseNames, d.value("pass", std::string("forward")), &e.site.phase);
+        e.step = s.step;
+        e.seed = std::stoull(d.value("digest", std::string("0")), nullptr, 16);
+        e.count = d.value("numel", uint64_t{0});
+        e.generator = "mask";
+        s.ledger.push_back(e);
+      }
       for (const Json& d : sj.value("draws", Json::array())) {
         runtime::LedgerEntry e;
         e.site.layer = d.value("layer", std::string());
@@ -189,10 +207,58 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       }
       r.steps.push_back(std::move(s));
     }
+    if (!own) {
+      // What recap's runtime counts itself: recomputed masks unlike their forward mask, forward
+      // masks seen again at a later step; and the figures memory judges.
+      std::map<std::tuple<int, std::string, std::string, int>, uint64_t> forward;
+      std::map<std::tuple<std::string, std::string, int, uint64_t>, int> first_step;
+      size_t fwd = 0, rec = 0;
+      for (const auto& s : r.steps)
+        for (const auto& e : s.ledger)
+          if (e.site.phase == runtime::Phase::Forward) {
+            ++fwd;
+            forward[{s.step, e.site.layer, e.site.op, e.site.microbatch}] = e.seed;
+            auto [it, fresh] = first_step.try_emplace({e.site.layer, e.site.op, e.site.microbatch, e.seed}, s.step);
+            if (!fresh && it->second != s.step) ++r.reused_masks;
+          }
+      for (const auto& s : r.steps)
+        for (const auto& e : s.ledger)
+          if (e.site.phase == runtime::Phase::Recompute) {
+            ++rec;
+            auto it = forward.find({s.step, e.site.layer, e.site.op, e.site.microbatch});
+            if (it == forward.end() || it->second != e.seed) ++r.recompute_mismatches;
+          }
+      r.ledger_summary = std::to_string(fwd + rec) + " masks (" + std::to_string(fwd) + " forward, " + std::to_string(rec) +
+                         " recompute), " + std::to_string(r.recompute_mismatches) + " recompute mismatches";
+      const Json& mem = h.value("memory", Json::object());
+      for (const auto& s : r.steps) r.captured = r.captured || s.phase == "replay";
+      r.capture_memory.device.peak_bytes = mem.value("capture_peak_bytes", int64_t{0});
+      r.capture_memory.allocator.pool_peak_reserved_bytes = mem.value("graph_pool_bytes", int64_t{0});
+      r.capture_memory.allocator.tensors[act].peak_bytes = mem.value("activations_in_graphs_bytes", int64_t{0});
+    }
     return r;
   } catch (const nlohmann::json::exception& e) {
     throw ProtocolError(std::string("a malformed observation: ") + e.what());
   }
+}
+
+std::vector<Frame> case_frames(const training::CaseSpec& spec) {
+  std::string err;
+  auto dev = device::make_device(device::BackendChoice::Sim, {}, &err);
+  if (!dev) throw std::runtime_error("cannot create a sim device: " + err);
+  training::Session session(*dev, spec);
+  training::Trainer& t = session.trainer();
+  std::vector<Frame> frames;
+  for (models::Param* p : t.params)
+    frames.push_back(f32_frame("param " + p->name, runtime::to_floats(*dev, p->value), p->value.shape));
+  const std::vector<int64_t> shape{spec.model.tokens, spec.model.hidden};
+  for (int step = 0; step < spec.steps(); ++step)
+    for (int mb = 0; mb < spec.microbatches; ++mb) {
+      const std::string at = std::to_string(step) + " " + std::to_string(mb);
+      frames.push_back(f32_frame("input " + at, t.fresh_values(step, mb, 0), shape));
+      frames.push_back(f32_frame("target " + at, t.fresh_values(step, mb, 1), shape));
+    }
+  return frames;
 }
 
 Message hello_reply(device::Device& dev) {

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdio>
+#include <stdexcept>
+#include <vector>
 
 #include "harness/device/device.h"
 #include "harness/sut/protocol.h"
@@ -18,10 +20,22 @@ namespace recap::sut {
 
 // The observation of one run (the reply to `run`).
 Message observation_of(const training::RunResult& r, const Json& id);
-// The run an observation of recap's runtime describes, as recap's oracles read it (the inverse
-// of observation_of for recap's own fields). ProtocolError when it is not one, or lacks a field or
-// frame.
+// The run an observation describes, as recap's oracles read it. From recap's runtime (the "recap"
+// extension) it is the inverse of observation_of; from another system the RNG ledger is built
+// from the reported masks (a draw per mask, its digest for the realized values) and the memory
+// from the common figures. SkippedBySut for status "skipped"; ProtocolError when it is not an
+// observation, or lacks a field or frame.
 training::RunResult run_result_of(const Message& obs, const training::CaseSpec& spec);
+// A worker could not run the case as specified (status "skipped"): its one-line reason.
+struct SkippedBySut : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The frames a run request carries (drivers/PROTOCOL.md, "run"): every parameter's initial values
+// (`param <name>`) and every step's inputs and targets (`input|target <step> <microbatch>`), made
+// by recap's own rule from the case's seeds, so every system runs the same program.
+std::vector<Frame> case_frames(const training::CaseSpec& spec);
+
 // The reply to `hello`.
 Message hello_reply(device::Device& dev);
 

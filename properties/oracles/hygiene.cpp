@@ -47,6 +47,10 @@ CheckResult judge(Runs& runs) {
   try {
     Run ir = run_on_fresh_device(inj, runs.options());
     if (!ir.crash.empty()) throw std::runtime_error(ir.crash);
+    if (!ir.skipped.empty()) {
+      runs.report().timings["hygiene_ms"] = ms_since(t0);
+      return skipped(p, "the injected capture failure cannot run on the system under test: " + ir.skipped);
+    }
     if (!capture_failed(*ir.result)) {
       c = skipped(p, "the injected capture failure did not happen");
     } else {

@@ -5,6 +5,8 @@
 
 #include "properties/oracles/oracle.h"
 
+#include "harness/sut/worker.h"
+
 namespace recap::properties {
 
 using training::CaseSpec;
@@ -127,6 +129,8 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
       }
       r.live_after = dev->memory_stats().live_bytes;
     }
+  } catch (const sut::SkippedBySut& e) {
+    r.skipped = e.what();
   } catch (const std::exception& e) {
     r.crash = e.what();
   } catch (...) {
@@ -137,6 +141,7 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
 }
 
 std::string twin_trouble(const char* what, const Run& r) {
+  if (!r.skipped.empty()) return std::string(what) + " was skipped by the system under test: " + r.skipped;
   if (!r.crash.empty()) return std::string(what) + " crashed: " + r.crash;
   if (r.result->failure) return std::string(what) + " failed: " + r.result->failure->line();
   return "";

@@ -168,6 +168,20 @@ fuzz_sut_worker_crash_is_a_case)
   done
   echo "both faults: crashed, one line, report written"
   ;;
+sut_torch_eager)
+  # PyTorch through its driver (drivers/recap_drivers), eagerly on the CPU: recap sends the case's
+  # parameters and data, judges torch's run by the same oracles; torch's checkpoint recomputes the
+  # forward masks (rng_ledger from the masks it reports) and the no-checkpoint gradients bit for
+  # bit. Skipped (77) where torch is not importable.
+  py=${RECAP_PYTHON:-python3}
+  "$py" -c 'import torch' 2>/dev/null || { echo "no torch for $py: skipped"; exit 77; }
+  "$recap" replay --sut torch --backend sim "$src/tests/cli/data/torch-naive-eager.json" --report t.json > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "exit $rc"; }
+  grep -q "recompute_on_off  passed" out.txt || fail "recompute_on_off did not pass"
+  grep -q "rng_ledger        passed" out.txt || fail "rng_ledger did not pass"
+  grep -q "reference         skipped" out.txt || fail "the reference should say why it skips"
+  ;;
 fuzz_shards_merge)
   "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --shard 0/2 --corpus-dir s0 --report s0.json > /dev/null; r0=$?
   GTEST_SHARD_INDEX=1 GTEST_TOTAL_SHARDS=2 "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --corpus-dir s1 --report s1.json > /dev/null; r1=$?
