@@ -174,33 +174,23 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       }
       for (size_t i = 0; i < n; ++i) s.grads.push_back(frame_values(m, "grad " + st + " " + std::to_string(i)));
       for (size_t i = 0; i < n; ++i) s.params.push_back(frame_values(m, "param " + st + " " + std::to_string(i)));
-      // Another system's masks stand in for the ledger: a draw per mask, its digest in place of
-      // the realized (seed, offset).
-      for (const Json& d : sj.value("masks", Json::array())) {
-        runtime::LedgerEntry e;
-        e.site.layer = d.value("layer", std::string());
-        e.site.op = d.value("op", std::string());
-        e.site.microbatch = d.value("microbatch", 0);
-        from_name(runtime::kPhaseNames, d.value("pass", std::string("forward")), &e.site.phase);
-        e.step = s.step;
-        e.seed = std::stoull(d.value("digest", std::string("0")), nullptr, 16);
-        e.count = d.value("numel", uint64_t{0});
-        e.generator = "mask";
-        s.ledger.push_back(e);
-      }
-      for (const Json& d : sj.value("draws", Json::array())) {
-        runtime::LedgerEntry e;
-        e.site.layer = d.value("layer", std::string());
-        e.site.op = d.value("op", std::string());
-        e.site.microbatch = d.value("microbatch", 0);
-        from_name(runtime::kPhaseNames, d.value("pass", std::string("forward")), &e.site.phase);
-        e.step = s.step;
-        e.seed = d.value("seed", uint64_t{0});
-        e.offset = d.value("offset", uint64_t{0});
-        e.count = d.value("count", uint64_t{0});
-        e.generator = d.value("generator", std::string());
-        s.ledger.push_back(e);
-      }
+      // recap's ledger draws; another system's masks stand in for them: a draw per mask, its
+      // digest in place of the realized (seed, offset).
+      for (const char* key : {"masks", "draws"})
+        for (const Json& d : sj.value(key, Json::array())) {
+          runtime::LedgerEntry e;
+          e.site.layer = d.value("layer", std::string());
+          e.site.op = d.value("op", std::string());
+          e.site.microbatch = d.value("microbatch", 0);
+          from_name(runtime::kPhaseNames, d.value("pass", std::string("forward")), &e.site.phase);
+          e.step = s.step;
+          const bool mask = key[0] == 'm';
+          e.seed = mask ? std::stoull(d.value("digest", std::string("0")), nullptr, 16) : d.value("seed", uint64_t{0});
+          e.offset = d.value("offset", uint64_t{0});
+          e.count = d.value(mask ? "numel" : "count", uint64_t{0});
+          e.generator = mask ? "mask" : d.value("generator", std::string());
+          s.ledger.push_back(e);
+        }
       if (k < step_memory.size()) {
         s.memory.device.peak_bytes = step_memory[k].at(0).get<int64_t>();
         s.memory.allocator.tensors[act].peak_bytes = step_memory[k].at(1).get<int64_t>();
