@@ -16,7 +16,18 @@ extern char** environ;
 
 namespace recap::sut {
 
-WorkerSut::~WorkerSut() { stop(); }
+WorkerSut::~WorkerSut() {
+  // A clean end: ask the worker to stop and let it exit by itself.
+  if (to_) {
+    try {
+      Message bye;
+      bye.header = {{"op", "shutdown"}};
+      write_message(to_, bye);
+    } catch (const ProtocolError&) {
+    }
+  }
+  stop(/*kill_it=*/false);
+}
 
 void WorkerSut::start() {
   int in[2], out[2];
@@ -45,13 +56,13 @@ void WorkerSut::start() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-void WorkerSut::stop() {
+void WorkerSut::stop(bool kill_it) {
   if (to_) std::fclose(to_);
   if (from_) std::fclose(from_);
   to_ = from_ = nullptr;
   if (pid_ > 0) {
     int status = 0;
-    kill(pid_, SIGKILL);  // a worker in any state: its case is over
+    if (kill_it) kill(pid_, SIGKILL);  // a worker in any state: its case is over
     waitpid(pid_, &status, 0);
     if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL)
       last_exit_ = "died of signal " + std::to_string(WTERMSIG(status));
@@ -88,7 +99,7 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
   } catch (const ProtocolError& e) {
     // The stream cannot be trusted any more: end this worker; the next case starts another.
     const bool refused = obs.header.is_object() && obs.header.value("op", std::string()) == "error";
-    stop();
+    stop(/*kill_it=*/true);
     throw std::runtime_error(name_ + " worker: " + e.what() + (refused ? "" : " (the worker " + last_exit_ + ")"));
   }
 }

@@ -47,7 +47,7 @@ class WorkerSut : public Sut {
 
  private:
   void start();
-  void stop();  // closes the pipes, reaps the process; returns how it ended in last_exit_
+  void stop(bool kill_it);  // closes the pipes, reaps the process (killed first when asked); how it ended: last_exit_
   std::string name_;
   std::vector<std::string> argv_;
   bool send_frames_;
