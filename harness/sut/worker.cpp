@@ -358,20 +358,13 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
     try {
       auto dev = device::make_device(backend, {}, &err);
       if (!dev) throw std::runtime_error("cannot create the device: " + err);
-      // As recap runs a case in process (properties' run_on_fresh_device): a session on a fresh
-      // device, hygiene checked on it right after a failed capture, the bytes left measured after it.
-      training::RunResult r;
-      std::string hygiene;
-      {
-        training::Session session(*dev, spec);
-        r = session.run();
-        if (r.failure && r.failure->phase == "capture") hygiene = training::hygiene_after_failed_capture(session, *dev);
-      }
-      Message obs = observation_of(r, id);
+      // As recap runs a case in process (properties' run_on_fresh_device).
+      training::CheckedRun c = training::run_case_checked(*dev, spec);
+      Message obs = observation_of(c.result, id);
       obs.header["device"] = dev->name();
       obs.header["recap"]["backend"] = device::backend_name(dev->backend());
-      obs.header["recap"]["hygiene"] = hygiene;
-      obs.header["recap"]["live_after"] = dev->memory_stats().live_bytes;
+      obs.header["recap"]["hygiene"] = c.hygiene;
+      obs.header["recap"]["live_after"] = c.live_after;
       obs.header["timings"] = {
           {"run_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
       write_message(out, obs);

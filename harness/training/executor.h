@@ -108,6 +108,15 @@ RunResult run_case(device::Device& dev, const CaseSpec& spec);
 // line (the hygiene oracle's check, docs/recompute-and-rng.md bug class 6).
 std::string hygiene_after_failed_capture(Session& session, device::Device& dev);
 
+// One case as recap judges it, in any process: a session on `dev`, hygiene checked on it right
+// after a failed capture, and the bytes the run left on the device once the session is gone.
+struct CheckedRun {
+  RunResult result;
+  std::string hygiene;     // "" unless the capture failed and hygiene found a problem
+  int64_t live_after = 0;
+};
+CheckedRun run_case_checked(device::Device& dev, const CaseSpec& spec);
+
 // ---- reading a result ------------------------------------------------------------------------
 
 // passed: ran through, and nothing the run can see by itself is wrong; failed: an error was

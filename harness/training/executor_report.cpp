@@ -169,4 +169,16 @@ std::string hygiene_after_failed_capture(Session& session, device::Device& dev) 
   }
 }
 
+CheckedRun run_case_checked(device::Device& dev, const CaseSpec& spec) {
+  CheckedRun out;
+  {
+    Session session(dev, spec);
+    out.result = session.run();
+    if (out.result.failure && out.result.failure->phase == "capture")
+      out.hygiene = hygiene_after_failed_capture(session, dev);
+  }
+  out.live_after = dev.memory_stats().live_bytes;
+  return out;
+}
+
 }  // namespace recap::training

@@ -121,13 +121,10 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
       auto dev = new_device(opts.backend);
       r.device_name = dev->name();
       r.backend = device::backend_name(dev->backend());
-      {
-        training::Session session(*dev, spec);
-        r.result = session.run();
-        if (r.result->failure && r.result->failure->phase == "capture")
-          r.hygiene = training::hygiene_after_failed_capture(session, *dev);
-      }
-      r.live_after = dev->memory_stats().live_bytes;
+      training::CheckedRun c = training::run_case_checked(*dev, spec);
+      r.result = std::move(c.result);
+      r.hygiene = c.hygiene;
+      r.live_after = c.live_after;
     }
   } catch (const sut::SkippedBySut& e) {
     r.skipped = e.what();
