@@ -1,4 +1,4 @@
-"""python3 -m recap_drivers --sut torch [--device cpu|cuda|auto]
+"""python3 -m recap_drivers --sut torch|megatron [--device cpu|cuda|auto] [--expect-version V]
 
 A recap.worker/1 worker: requests on stdin, replies on stdout (nothing else is ever written
 there), free text on stderr. See PROTOCOL.md.
@@ -19,6 +19,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m recap_drivers", description=__doc__.splitlines()[0])
     ap.add_argument("--sut", required=True, choices=SUTS, help="system under test")
     ap.add_argument("--device", default="auto", choices=("cpu", "cuda", "auto"))
+    ap.add_argument("--expect-version", default="",
+                    help="refuse to start (exit 2) unless the framework's version is this one "
+                         "(megatron: megatron-core's, exactly; torch: a prefix of torch.__version__)")
     args = ap.parse_args(argv)
 
     from .protocol import guard_stdout
@@ -27,8 +30,17 @@ def main(argv=None) -> int:
     out = guard_stdout()
     inp = sys.stdin.buffer
 
+    from .worker import check_version
+
+    problem = check_version(args.sut, args.expect_version)
+    if problem:
+        print(f"recap_drivers: {problem}", file=sys.stderr)
+        return 2
     if args.sut == "megatron":
-        factory = lambda: NotBuiltSUT("megatron")  # noqa: E731
+        def factory():
+            from .megatron_sut import MegatronSUT
+
+            return MegatronSUT(args.device)
     else:
         def factory():
             from .torch_sut import TorchSUT

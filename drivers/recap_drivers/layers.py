@@ -26,6 +26,7 @@ checkpoint flags with torch.utils.checkpoint.checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -123,6 +124,9 @@ class AttentionCore(RecapModule):
         self.hidden, self.heads, self.p = hidden, heads, p
         self.dh = hidden // heads
         self.scale = 1.0 / math.sqrt(self.dh)
+        # the RNG this dropout draws from: torch's default generator; the megatron driver sets
+        # Megatron's tracker fork here, as its DotProductAttention draws attention dropout
+        self.rng_context = contextlib.nullcontext
 
     def forward(self, qkv):
         T = qkv.shape[0]
@@ -135,7 +139,7 @@ class AttentionCore(RecapModule):
         s = s.masked_fill(causal, float("-inf"))
         P = torch.softmax(s, dim=-1)
         if self.p > 0.0:
-            with observe.site(self.recap_path, "attn_dropout"):
+            with self.rng_context(), observe.site(self.recap_path, "attn_dropout"):
                 P = F.dropout(P, self.p, training=True)
         out = torch.matmul(P, v)  # [heads, T, dh]
         return out.transpose(0, 1).reshape(T, H)

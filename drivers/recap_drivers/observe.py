@@ -95,6 +95,9 @@ class Position:
 # GIL serializes the Python that reads and writes them.
 position = Position()
 _sites: List[Tuple[str, str]] = []
+# Where a dropout no site was opened for was drawn, or None: a driver whose framework draws inside
+# its own code (megatron's bias_dropout_add) sets a function that reads the Python call stack.
+site_resolver = None
 
 
 @contextlib.contextmanager
@@ -133,6 +136,13 @@ def _make_observer_class():
         for ov in pkt.overloads():
             bernoulli_ops.add(getattr(pkt, ov))
     native_dropout = aten.native_dropout.default
+    gemm_ops = set()
+    for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_scaled_mm", "addmm_", "baddbmm_"):
+        pkt = getattr(aten, name, None)
+        if pkt is None:
+            continue
+        for ov in pkt.overloads():
+            gemm_ops.add(getattr(pkt, ov))
 
     class MaskObserver(TorchDispatchMode):
         """See the module comment. Modes:
@@ -166,8 +176,8 @@ def _make_observer_class():
         def begin_step(self):
             self.step_keys = {}
 
-        def _record(self, mask):
-            layer, op = _sites[-1]
+        def _record(self, mask, where):
+            layer, op = where
             pass_ = "recompute" if _in_backward() else "forward"
             key = (layer, op, self.microbatch, pass_)
             if self.mode == "build":
@@ -189,25 +199,41 @@ def _make_observer_class():
             differences of it are the bytes of tensors a computation produced and still holds."""
             if not self.track_memory:
                 return 0
-            return torch.cuda.memory_allocated() - self.hidden_bytes
+            return _allocated_now() - self.hidden_bytes
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if self.track_memory:
-                a0 = torch.cuda.memory_allocated()
+            # only GEMMs create cuBLAS workspaces; reading the allocator around every op would
+            # cost more than the ops (memory_allocated() builds and flattens a dict of stats)
+            if self.track_memory and func in gemm_ops:
+                a0 = _allocated_now()
                 out = func(*args, **(kwargs or {}))
-                kept = torch.cuda.memory_allocated() - a0
+                kept = _allocated_now() - a0
                 if kept > HIDDEN_THRESHOLD:
                     kept -= _new_output_bytes(args, kwargs, out)
                     if kept > HIDDEN_THRESHOLD:
                         self.hidden_bytes += kept
             else:
                 out = func(*args, **(kwargs or {}))
-            if _sites:
-                if func is native_dropout:
-                    self._record(out[1])
-                elif func in bernoulli_ops:
-                    self._record(out)
+            if func is native_dropout or func in bernoulli_ops:
+                where = _sites[-1] if _sites else (site_resolver() if site_resolver is not None else None)
+                if where is not None:
+                    self._record(out[1] if func is native_dropout else out, where)
             return out
+
+        def snapshot_graph_keys(self, microbatch: int):
+            """Copies what the graph keys' buffers hold now (the masks the graphs' last replays
+            wrote) to the step's keys of `microbatch`: for graphs that serve every microbatch (one
+            per layer, Megatron's CudaGraphManager with one pipeline stage)."""
+            for (layer, op, _, pass_), n in self.graph_keys.items():
+                src = self.buffers[(layer, op, _, pass_)]
+                key = (layer, op, microbatch, pass_)
+                dst = self.buffers.get(key)
+                if dst is None or dst.numel() != src.numel():
+                    dst = torch.zeros_like(src)
+                    self.buffers[key] = dst
+                    self.late_allocations += 1
+                dst.copy_(src)
+                self.step_keys[key] = self.step_keys.get(key, 0) + n
 
         def collect(self, include_graph_keys: bool) -> List[dict]:
             """The masks of the step (call after synchronizing)."""
@@ -229,6 +255,20 @@ def _make_observer_class():
 
 
 _observer_cls = None
+
+
+def _allocated_now() -> int:
+    """torch.cuda.memory_allocated() of the current device, without flattening every allocator
+    statistic into a new dict as memory_allocated() does (it is read around every GEMM)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_memoryStats", None)
+    if raw is None:
+        return torch.cuda.memory_allocated()
+    try:
+        return int(raw(torch.cuda.current_device())["allocated_bytes"]["all"]["current"])
+    except (KeyError, TypeError):
+        return torch.cuda.memory_allocated()
 # An op that keeps more than this beyond its outputs is allocating a workspace, not an activation.
 HIDDEN_THRESHOLD = 256 * 1024
 

@@ -106,3 +106,21 @@ def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log=sys.
                 return 3
             continue
         write_message(out, error_message(f"unknown op '{op}' (hello, run, shutdown)", rid))
+
+
+def check_version(sut: str, expected: str) -> str:
+    """"" when the installed framework is the one asked for (or nothing was asked), else one line.
+    Read from the package metadata, without importing the framework (seconds for megatron-core)."""
+    if not expected:
+        return ""
+    from importlib.metadata import PackageNotFoundError, version
+
+    dist = "megatron-core" if sut == "megatron" else "torch"
+    try:
+        have = version(dist)
+    except PackageNotFoundError:
+        return f"--expect-version {expected}: {dist} is not installed for {sys.executable}"
+    ok = have == expected if sut == "megatron" else (have == expected or have.startswith(expected + "+"))
+    if not ok:
+        return f"{dist} {have} is installed, {expected} was asked (--expect-version)"
+    return ""

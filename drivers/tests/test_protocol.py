@@ -168,16 +168,19 @@ class SubprocessProtocolTest(unittest.TestCase):
         self.assertIn("truncated frame 'a': expected 16 bytes, got 5", h["message"])
         self.assertEqual(w.close(), 2)
 
-    def test_eof_exit_0_and_megatron_reserved(self):
+    def test_expect_version_mismatch_exits_2_before_starting(self):
         import subprocess
 
         env = dict(os.environ, PYTHONPATH=DRIVERS)
-        p = subprocess.run([sys.executable, "-m", "recap_drivers", "--sut", "megatron"],
-                           input=protocol.encode_message({"op": "hello", "protocol": "recap.worker/1"}),
-                           capture_output=True, env=env, timeout=120)
-        h, _ = protocol.read_message(io.BytesIO(p.stdout))
-        self.assertEqual(h, {"op": "error", "message": "sut megatron not built yet"})
-        self.assertEqual(p.returncode, 2)
+        for sut in ("torch", "megatron"):
+            p = subprocess.run([sys.executable, "-m", "recap_drivers", "--sut", sut, "--expect-version", "0.0.1"],
+                               input=protocol.encode_message({"op": "hello", "protocol": "recap.worker/1"}),
+                               capture_output=True, env=env, timeout=120)
+            self.assertEqual(p.returncode, 2, sut)
+            self.assertEqual(p.stdout, b"", sut)  # no reply: it never served
+            err = p.stderr.decode().strip().splitlines()[-1]
+            self.assertRegex(err, r"^recap_drivers: ((torch|megatron-core) \S+ is installed, 0\.0\.1 was asked|"
+                                  r"--expect-version 0\.0\.1: (torch|megatron-core) is not installed)", sut)
 
 
 class SchemaTest(unittest.TestCase):
