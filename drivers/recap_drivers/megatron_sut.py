@@ -431,7 +431,15 @@ class MegatronRunner(Runner):
         # Megatron's DistributedDataParallel (one rank), as a user wraps a model: it gives every
         # parameter a main_grad view into its grad buffer, which backward hooks (and 0.19's graphed
         # backwards) accumulate into; recap's gradients are read from main_grad
-        self.ddp = self.api.DDP(config=configs[0], ddp_config=self.api.DDPConfig(), module=self.model)
+        # Built on the stream Megatron-LM's training.py builds it on (0.19: the shared full-iteration
+        # capture stream, so the AccumulateGrad nodes DDP keeps do not name a non-capturing
+        # stream; else a fresh stream), see megatron/training/training.py, get_model
+        shared = getattr(self.api.full_cuda_graph, "get_shared_capture_stream", None)
+        ddp_stream = shared() if (shared is not None and c.executor == "full-iteration") else torch.cuda.Stream()
+        ddp_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(ddp_stream):
+            self.ddp = self.api.DDP(config=configs[0], ddp_config=self.api.DDPConfig(), module=self.model)
+        torch.cuda.current_stream().wait_stream(ddp_stream)
         for p in self.params:
             p.grad = None
         self.fbf = self.api.get_forward_backward_func()
@@ -705,15 +713,15 @@ class _CaptureSpans:
         def __enter__(this):
             if spans.runner is not None:
                 fwd = sys._getframe(1).f_code.co_name == "create_fwd_graph"
-                spans._stack.append((torch.cuda.memory_allocated(), fwd))
+                spans._stack.append((spans.runner.obs.allocated(), fwd))
             return enter(this)
 
         def __exit__(this, *exc):
             r = exit_(this, *exc)
             if spans.runner is not None and spans._stack:
                 a0, fwd = spans._stack.pop()
-                if fwd:
-                    spans.forward_bytes += max(0, torch.cuda.memory_allocated() - a0)
+                if fwd:  # less the cuBLAS workspaces the capture made (MaskObserver.allocated)
+                    spans.forward_bytes += max(0, spans.runner.obs.allocated() - a0)
             return r
 
         g.__enter__, g.__exit__ = __enter__, __exit__
