@@ -100,12 +100,22 @@ _sites: List[Tuple[str, str]] = []
 site_resolver = None
 
 
+# The observer of the run in progress (MaskObserver.start). Between captures it is pushed as a
+# dispatch mode only inside the dropout sites, so the ops of a training step do not all pass
+# through Python (docs: drivers/benchmarks/observe_overhead.py measures the difference).
+_active = None
+
+
 @contextlib.contextmanager
 def site(layer: str, op: str):
     _sites.append((layer, op))
+    obs = _active
+    pushed = obs is not None and obs._push_scoped()
     try:
         yield
     finally:
+        if pushed:
+            obs._pop_scoped()
         _sites.pop()
 
 
@@ -162,11 +172,66 @@ def _make_observer_class():
             self.track_memory = getattr(device, "type", str(device)) == "cuda"
             self.hidden_bytes = 0
             self.microbatch = 0
-            self.mode = "live"
+            self._mode = "live"
+            self._global = 0  # pushed for the whole run (megatron, captures)
+            self._scoped = 0  # pushed by an open site
+            self.started = False
             self.buffers: Dict[MaskKey, torch.Tensor] = {}
             self.step_keys: Dict[MaskKey, int] = {}  # key -> draws this step (ordered)
             self.graph_keys: Dict[MaskKey, int] = {}
             self.late_allocations = 0  # buffers allocated lazily (not planned)
+
+        # -- where the mode is pushed --
+        # Globally while graphs are built (the mask copies and the cuBLAS workspaces that
+        # captures allocate must be seen) or when the framework's own code draws (a
+        # site_resolver: megatron); else only inside the sites that the layers open.
+
+        def _want_global(self) -> bool:
+            return self.started and (self._mode == "build" or site_resolver is not None)
+
+        def _sync_global(self):
+            want = self._want_global()
+            if want and not self._global and not self._scoped:
+                self.__enter__()
+                self._global = 1
+            elif not want and self._global:
+                self.__exit__(None, None, None)
+                self._global = 0
+
+        def _push_scoped(self) -> bool:
+            if not self.started or self._global or self._scoped:
+                return False
+            self.__enter__()
+            self._scoped = 1
+            return True
+
+        def _pop_scoped(self):
+            self.__exit__(None, None, None)
+            self._scoped = 0
+
+        @property
+        def mode(self) -> str:
+            return self._mode
+
+        @mode.setter
+        def mode(self, value: str):
+            self._mode = value
+            self._sync_global()
+
+        def start(self):
+            """The run begins: this observer sees its dropout sites (and everything, while
+            building graphs or under a site_resolver)."""
+            global _active
+            _active = self
+            self.started = True
+            self._sync_global()
+
+        def stop(self):
+            global _active
+            self.started = False
+            self._sync_global()
+            if _active is self:
+                _active = None
 
         def plan(self, keys_numel: List[Tuple[MaskKey, int]]):
             for key, n in keys_numel:
