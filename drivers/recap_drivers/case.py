@@ -14,10 +14,11 @@ from typing import Any, Dict, List, Tuple
 
 LAYER_KINDS = ["linear", "layernorm", "rmsnorm", "gelu", "swiglu", "dropout", "attention", "mlp", "block"]
 GRANULARITIES = ["none", "full", "selective"]
-# recap.case/1 styles; "non-reentrant" is a driver extension (torch.utils.checkpoint(use_reentrant=False)),
-# accepted only by SUTs that list it in their capabilities.
-STYLES = ["reentrant", "without-output"]
-EXTENSION_STYLES = ["non-reentrant"]
+# recap.case/1 styles, in recap's order (kStyleNames): "non-reentrant" is
+# torch.utils.checkpoint(use_reentrant=False); a SUT that cannot run a style skips the case.
+STYLES = ["reentrant", "without-output", "non-reentrant"]
+# Styles a driver reads beyond recap.case/1: none today (kept for parse_case's callers).
+EXTENSION_STYLES: List[str] = []
 POLICIES = ["naive", "skip", "graph-safe"]
 EXECUTORS = ["eager", "per-layer", "full-iteration"]
 GENERATORS = ["host", "graph-safe"]

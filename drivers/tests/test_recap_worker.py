@@ -41,7 +41,28 @@ class RecapWorker(unittest.TestCase):
         self.assertIn("block", caps["kinds"])
         self.assertEqual(caps["policy"], ["naive", "skip", "graph-safe"])
         self.assertEqual(caps["executor"], ["eager", "per-layer", "full-iteration"])
+        # recap's runtime does not model torch's non-reentrant checkpoint: not listed
+        self.assertEqual(caps["checkpoint_style"], ["reentrant", "without-output"])
+        self.assertNotIn("extensions", caps)
         w.send({"op": "shutdown"})
+        self.assertEqual(w.close(), 0)
+
+    def test_a_non_reentrant_checkpoint_is_skipped_with_its_reason(self):
+        with open(os.path.join(CORPUS, "graph-safe-eager.json")) as f:
+            case = json.load(f)
+        case["checkpoint_style"] = "non-reentrant"
+        w = self.worker()
+        h, frames = w.request({"op": "run", "id": 5, "case": case})
+        self.assertEqual((h["op"], h["id"], h["status"]), ("observation", 5, "skipped"))
+        self.assertTrue(h["reason"].startswith("checkpoint_style non-reentrant: recap's runtime does not model"), h["reason"])
+        self.assertEqual((h["steps"], frames), ([], {}))
+        self.assertGreater(len(h["param_names"]), 0)
+        # without a checkpoint the style has no effect: the case runs
+        for layer in case["layers"]:
+            layer["checkpoint"] = "none"
+            layer.pop("checkpoint_modules", None)
+        h, _ = w.request({"op": "run", "id": 6, "case": case})
+        self.assertEqual(h["status"], "ok", h.get("reason"))
         self.assertEqual(w.close(), 0)
 
     def test_observation_equals_recap_run_bit_for_bit(self):

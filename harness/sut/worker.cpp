@@ -2,13 +2,14 @@
 
 #include <chrono>
 #include <cmath>
-#include <map>
-#include <tuple>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <tuple>
 
 #include "harness/base/names.h"
+#include "harness/sut/capabilities.h"
 #include "models/registry.h"
 
 namespace recap::sut {
@@ -23,6 +24,23 @@ Message error_reply(const std::string& message, const Json& id = nullptr) {
   for (char& c : line)
     if (c == '\n' || c == '\r') c = ' ';
   m.header["message"] = line;
+  return m;
+}
+
+// The observation of a case recap's runtime does not run as specified (status skipped).
+Message skipped_reply(const training::CaseSpec& spec, const std::string& why, const Json& id) {
+  std::vector<std::string> names;
+  std::string err;
+  if (auto dev = device::make_device(device::BackendChoice::Sim, {}, &err)) {
+    training::Session session(*dev, spec);
+    for (models::Param* p : session.trainer().params) names.push_back(p->name);
+  }
+  Message m;
+  m.header = {{"op", "observation"}, {"id", id}, {"status", "skipped"}, {"reason", why}, {"param_names", names},
+              {"steps", Json::array()},
+              {"memory", {{"capture_peak_bytes", 0}, {"replay_peak_bytes", 0}, {"graph_pool_bytes", 0},
+                          {"activations_in_graphs_bytes", 0}, {"activations_eager_bytes", 0}}},
+              {"timings", {{"run_ms", 0.0}}}};
   return m;
 }
 
@@ -252,26 +270,13 @@ std::vector<Frame> case_frames(const training::CaseSpec& spec) {
 }
 
 Message hello_reply(device::Device& dev) {
-  Json kinds = Json::array();
-  for (const auto& k : models::layer_kinds()) kinds.push_back(k.kind);
   Message m;
   m.header = {{"op", "hello"},
               {"protocol", kProtocol},
               {"sut", "recap"},
               {"version", "0.1.0"},
               {"device", dev.name()},
-              {"capabilities",
-               {{"kinds", kinds},
-                {"dtype", names(runtime::kDTypeNames)},
-                {"executor", names(training::kExecutorNames)},
-                {"checkpoint", names(training::kGranularityNames)},
-                {"checkpoint_style", names(training::kStyleNames)},
-                {"policy", names(training::kPolicyNames)},
-                {"generator", names(runtime::kGeneratorModeNames)},
-                {"device_state", names(runtime::kDeviceStateModelNames)},
-                {"warmup_backward", names(training::kWarmupBackwardNames)},
-                {"shared_pool", {true, false}},
-                {"graphs", true}}}};
+              {"capabilities", recap_capabilities_json()}};
   return m;
 }
 
@@ -353,6 +358,10 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
         std::fflush(out);
         continue;
       }
+    }
+    if (std::string why = training::unmodelled(spec); !why.empty()) {
+      write_message(out, skipped_reply(spec, why, id));
+      continue;
     }
     auto t0 = std::chrono::steady_clock::now();
     try {

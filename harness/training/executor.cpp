@@ -494,8 +494,16 @@ Session::~Session() {
   trainer_.reset();
 }
 
+std::string unmodelled(const CaseSpec& spec) {
+  if (spec.style == CheckpointStyle::NonReentrant && spec.any_checkpoint())
+    return "checkpoint_style non-reentrant: recap's runtime does not model torch.utils.checkpoint(use_reentrant=False) "
+           "(its checkpoints are reentrant or without-output)";
+  return "";
+}
+
 RunResult Session::run() {
   Trainer& t = *trainer_;
+  if (std::string why = unmodelled(t.spec); !why.empty()) throw std::invalid_argument(why);
   RunResult r;
   r.spec = t.spec;
   r.backend = device::backend_name(t.dev.backend());

@@ -103,6 +103,12 @@ class Session {
 
 RunResult run_case(device::Device& dev, const CaseSpec& spec);
 
+// "" when recap's runtime runs the case as specified, else one line naming the dimension it does
+// not model (checkpoint_style non-reentrant, where a checkpoint exists: another system's
+// checkpoint). recap in process and `recap worker` report such a case as skipped; Session::run
+// refuses it (std::invalid_argument) rather than run something else.
+std::string unmodelled(const CaseSpec& spec);
+
 // After a session's capture failed: "" when the phase flags are clear, no stream is left capturing,
 // no checkpoint keeps pending records and one more eager step works; else the first problem, one
 // line (the hygiene oracle's check, docs/recompute-and-rng.md bug class 6).

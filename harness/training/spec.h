@@ -11,7 +11,7 @@
 //                  "checkpoint": "full" | "none" | "selective",
 //                  "checkpoint_modules": ["attn_core", "mlp", "norm"],   (selective only)
 //                  "graphed": true}, ... ],
-//     "checkpoint_style": "reentrant" | "without-output",
+//     "checkpoint_style": "reentrant" | "without-output" | "non-reentrant",
 //     "policy": "naive" | "skip" | "graph-safe",
 //     "executor": "eager" | "per-layer" | "full-iteration",
 //     "warmup": 0..3, "replays": 0..1000,
@@ -48,7 +48,9 @@ namespace recap::training {
 using namespace recap::runtime;
 
 enum class CheckpointGranularity { None, Full, Selective };
-enum class CheckpointStyle { Reentrant, WithoutOutput };
+// NonReentrant is torch.utils.checkpoint(use_reentrant=False): a value of the case format that other
+// systems run; recap's own runtime does not model it (training::unmodelled).
+enum class CheckpointStyle { Reentrant, WithoutOutput, NonReentrant };
 enum class CheckpointPolicy { Naive, Skip, GraphSafe };
 enum class ExecutorKind { Eager, PerLayer, FullIteration };
 enum class WarmupBackward { Backward, GradOfInputs };
@@ -57,7 +59,8 @@ inline constexpr EnumName<CheckpointGranularity> kGranularityNames[] = {{Checkpo
                                                                         {CheckpointGranularity::Full, "full"},
                                                                         {CheckpointGranularity::Selective, "selective"}};
 inline constexpr EnumName<CheckpointStyle> kStyleNames[] = {{CheckpointStyle::Reentrant, "reentrant"},
-                                                            {CheckpointStyle::WithoutOutput, "without-output"}};
+                                                            {CheckpointStyle::WithoutOutput, "without-output"},
+                                                            {CheckpointStyle::NonReentrant, "non-reentrant"}};
 inline constexpr EnumName<CheckpointPolicy> kPolicyNames[] = {
     {CheckpointPolicy::Naive, "naive"}, {CheckpointPolicy::Skip, "skip"}, {CheckpointPolicy::GraphSafe, "graph-safe"}};
 inline constexpr EnumName<ExecutorKind> kExecutorNames[] = {{ExecutorKind::Eager, "eager"},

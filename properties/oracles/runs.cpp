@@ -117,6 +117,8 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
       r.hygiene = s.hygiene;
       r.device_name = s.device_name;
       r.backend = s.backend;
+    } else if (std::string why = training::unmodelled(spec); !why.empty()) {
+      r.skipped = why;  // as `recap worker` answers it
     } else {
       auto dev = new_device(opts.backend);
       r.device_name = dev->name();

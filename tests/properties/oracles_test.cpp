@@ -142,6 +142,22 @@ TEST(Evaluate, InvalidCaseIsSkippedNotThrown) {
   EXPECT_EQ(r.disposition, Disposition::Skipped);
 }
 
+// checkpoint_style non-reentrant is torch's checkpoint: recap's runtime reports it skipped with the
+// reason (the in-process SUT as `recap worker` does), and runs it where no layer checkpoints.
+TEST(Evaluate, NonReentrantCheckpointsAreSkippedByRecapsRuntime) {
+  auto s = one_layer("block", CheckpointPolicy::Naive, training::ExecutorKind::Eager);
+  s.style = training::CheckpointStyle::NonReentrant;
+  ASSERT_TRUE(s.any_checkpoint());
+  CaseReport r = evaluate(s, {});
+  EXPECT_EQ(r.disposition, Disposition::Skipped);
+  ASSERT_EQ(r.checks.size(), 1u);
+  EXPECT_EQ(r.checks[0].reason,
+            "the system under test cannot run this case: checkpoint_style non-reentrant: recap's runtime does not model "
+            "torch.utils.checkpoint(use_reentrant=False) (its checkpoints are reentrant or without-output)");
+  for (auto& f : s.layers) f.checkpoint = training::CheckpointGranularity::None;
+  EXPECT_EQ(evaluate(s, {}).disposition, Disposition::Passed);
+}
+
 // ---- reference -----------------------------------------------------------------------------------
 
 training::CaseSpec lone(const std::string& kind, models::DType dtype, float dropout = 0.0f) {
