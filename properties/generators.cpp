@@ -7,6 +7,8 @@
 
 #include "models/registry.h"
 
+#include <algorithm>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -39,6 +41,21 @@ rc::Gen<T> weighted(std::vector<std::pair<int, T>> table) {
   });
 }
 
+template <typename V, typename T>
+bool has(const std::vector<V>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The entries of a draw table whose value the system under test runs, in the table's order (so the
+// first is still the shrink target). When it runs them all this is the table itself: the draws,
+// and every fixed-seed case, are those of a generator that knows no capabilities.
+template <typename T, typename Runs>
+std::vector<std::pair<int, T>> runnable(std::vector<std::pair<int, T>> table, Runs runs, const char* dimension) {
+  std::erase_if(table, [&](const std::pair<int, T>& e) { return !runs(e.second); });
+  if (table.empty()) throw std::invalid_argument(std::string("the system under test runs no ") + dimension);
+  return table;
+}
+
 // What one layer draws, before it is fitted to the case (hidden, style).
 struct LayerDraw {
   int kind = 0;
@@ -50,15 +67,21 @@ struct LayerDraw {
   bool graphed = true;
 };
 
-rc::Gen<LayerDraw> gen_layer() {
+rc::Gen<LayerDraw> gen_layer(const sut::Dims& a) {
+  // By index into models::layer_kinds() (simplest first: linear is the shrink target): linear 2,
+  // gelu 1, dropout 2, layernorm 1, rmsnorm 1, swiglu 1, mlp 2, attention 2, block 3.
+  auto kinds = runnable<int>({{2, 0}, {1, 1}, {2, 2}, {1, 3}, {1, 4}, {1, 5}, {2, 6}, {2, 7}, {3, 8}},
+                             [&](int k) { return has(a.kinds, std::string(models::layer_kinds().at(k).kind)); },
+                             "layer kind");
+  auto checkpoint = runnable<int>({{1, 0}, {3, 1}, {1, 2}},
+                                  [&](int g) { return has(a.checkpoint, static_cast<CheckpointGranularity>(g)); },
+                                  "checkpoint granularity");
   return rc::gen::build<LayerDraw>(
-      // By index into models::layer_kinds() (simplest first: linear is the shrink target): linear 2,
-      // gelu 1, dropout 2, layernorm 1, rmsnorm 1, swiglu 1, mlp 2, attention 2, block 3.
-      rc::gen::set(&LayerDraw::kind, weighted<int>({{2, 0}, {1, 1}, {2, 2}, {1, 3}, {1, 4}, {1, 5}, {2, 6}, {2, 7}, {3, 8}})),
+      rc::gen::set(&LayerDraw::kind, weighted<int>(kinds)),
       rc::gen::set(&LayerDraw::heads, weighted<int>({{2, 1}, {2, 2}, {1, 4}})),
       rc::gen::set(&LayerDraw::ffn_mult, weighted<int>({{4, 1}, {2, 2}, {1, 0}})),
       rc::gen::set(&LayerDraw::dropout, weighted<float>({{2, 0.0f}, {3, 0.1f}, {1, 0.5f}})),
-      rc::gen::set(&LayerDraw::checkpoint, weighted<int>({{1, 0}, {3, 1}, {1, 2}})),
+      rc::gen::set(&LayerDraw::checkpoint, weighted<int>(checkpoint)),
       rc::gen::set(&LayerDraw::roles_mask, uniform(1, 8)),
       rc::gen::set(&LayerDraw::graphed, weighted<bool>({{1, false}, {4, true}})));
 }
@@ -69,7 +92,7 @@ struct CaseDraw {
   int tokens = 4;
   bool bf16 = false;
   std::vector<LayerDraw> layers;
-  int style = 0;  // 0 reentrant, 1 without-output
+  int style = 0;  // a CheckpointStyle: 0 reentrant, 1 without-output, 2 non-reentrant
   int policy = 2;
   int executor = 0;
   int warmup = 0;
@@ -82,6 +105,42 @@ struct CaseDraw {
   bool separate_pools = false;
   int param_seed = 1, data_seed = 2, rng_seed = 3;
 };
+
+template <typename T, typename A>
+void fit(T& value, const std::vector<A>& allowed) {
+  if (!allowed.empty() && !has(allowed, value)) value = allowed.front();
+}
+
+// A value the case's executor does not run (torch's per-layer graphs warm up with grad-of-inputs
+// only, and with a shared pool follow the default microbatch order only) becomes the first value it
+// runs; then anything the rules above set (a generator, a warmup backward) that the system does not
+// run at all becomes the first it runs. For recap (no restriction, every value) nothing changes.
+void fit_to_sut(CaseSpec& s, const sut::Capabilities& caps) {
+  auto r = caps.per_executor.find(s.executor);
+  if (r != caps.per_executor.end()) {
+    const sut::Dims& d = r->second;
+    fit(s.model.dtype, d.dtype);
+    fit(s.style, d.checkpoint_style);
+    fit(s.generator, d.generator);
+    fit(s.device_state, d.device_state);
+    fit(s.warmup_backward, d.warmup_backward);
+    bool shared = s.shared_pool;
+    fit(shared, d.shared_pool);
+    s.shared_pool = shared;
+    if (!d.shared_pool_orders.empty() && !has(d.shared_pool_orders, std::string("interleaved")) && s.shared_pool)
+      s.order.clear();
+  }
+  const sut::Dims& a = caps.all;
+  fit(s.generator, a.generator);
+  fit(s.device_state, a.device_state);
+  fit(s.warmup_backward, a.warmup_backward);
+  if (s.style == CheckpointStyle::WithoutOutput)  // whole layers only (as drawn below)
+    for (auto& f : s.layers)
+      if (f.checkpoint == CheckpointGranularity::Selective) {
+        f.checkpoint = CheckpointGranularity::Full;
+        f.modules.clear();
+      }
+}
 
 }  // namespace
 
@@ -99,6 +158,24 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   rc::Gen<int> nlayers = weighted<int>({{4, 1}, {4, 2}, {3, 3}, {2, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
 
   const std::optional<CheckpointPolicy> fixed = config.policy;
+  const sut::Capabilities caps = config.caps;
+  const sut::Dims& a = caps.all;
+  if (fixed && !has(a.policy, *fixed))
+    throw std::invalid_argument("policy " + training::policy_name(*fixed) + ": the system under test does not run it");
+  // Each table lists its simplest value first; only the values the system runs are kept.
+  auto bf16 = runnable<bool>({{3, false}, {1, true}}, [&](bool b) { return has(a.dtype, b ? models::DType::BF16 : models::DType::F32); }, "dtype");
+  std::vector<std::pair<int, int>> styles = {{3, 0}, {1, 1}};
+  if (has(a.checkpoint_style, CheckpointStyle::NonReentrant)) styles.push_back({2, 2});  // recap's runtime lists it not
+  styles = runnable(styles, [&](int v) { return has(a.checkpoint_style, static_cast<CheckpointStyle>(v)); }, "checkpoint style");
+  auto policies = runnable<int>({{1, 0}, {1, 1}, {1, 2}}, [&](int v) { return has(a.policy, static_cast<CheckpointPolicy>(v)); }, "policy");
+  auto executors = runnable<int>({{1, 0}, {2, 1}, {2, 2}}, [&](int v) { return has(a.executor, static_cast<ExecutorKind>(v)); }, "executor");
+  auto host = runnable<bool>({{1, false}, {1, true}}, [&](bool b) { return has(a.generator, b ? GeneratorMode::Host : GeneratorMode::GraphSafe); }, "generator");
+  auto per_capture = runnable<bool>({{1, false}, {1, true}}, [&](bool b) {
+    return has(a.device_state, b ? runtime::DeviceStateModel::PerCapture : runtime::DeviceStateModel::Shared); }, "device_state");
+  auto grad_of_inputs = runnable<bool>({{3, false}, {1, true}}, [&](bool b) {
+    return has(a.warmup_backward, b ? training::WarmupBackward::GradOfInputs : training::WarmupBackward::Backward); }, "warmup_backward");
+  auto separate = runnable<bool>({{3, false}, {1, true}}, [&](bool b) { return has(a.shared_pool, !b); }, "shared_pool");
+  rc::Gen<LayerDraw> layer = gen_layer(a);
   const bool sound = config.sound_knobs.has_value()
                          ? *config.sound_knobs
                          : (fixed.has_value() && *fixed != CheckpointPolicy::Naive);
@@ -106,19 +183,19 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   rc::Gen<CaseDraw> draw = rc::gen::mapcat(nlayers, [=](int n) {
     return rc::gen::build<CaseDraw>(
         rc::gen::set(&CaseDraw::hidden, hidden), rc::gen::set(&CaseDraw::tokens, tokens),
-        rc::gen::set(&CaseDraw::bf16, weighted<bool>({{3, false}, {1, true}})),
-        rc::gen::set(&CaseDraw::layers, rc::gen::container<std::vector<LayerDraw>>(static_cast<size_t>(n), gen_layer())),
-        rc::gen::set(&CaseDraw::style, weighted<int>({{3, 0}, {1, 1}})),
-        rc::gen::set(&CaseDraw::policy, uniform(0, 3)),
-        rc::gen::set(&CaseDraw::executor, weighted<int>({{1, 0}, {2, 1}, {2, 2}})),
+        rc::gen::set(&CaseDraw::bf16, weighted<bool>(bf16)),
+        rc::gen::set(&CaseDraw::layers, rc::gen::container<std::vector<LayerDraw>>(static_cast<size_t>(n), layer)),
+        rc::gen::set(&CaseDraw::style, weighted<int>(styles)),
+        rc::gen::set(&CaseDraw::policy, weighted<int>(policies)),  // equal weights: uniform(0, 3) for recap
+        rc::gen::set(&CaseDraw::executor, weighted<int>(executors)),
         rc::gen::set(&CaseDraw::warmup, uniform(0, 4)),
         rc::gen::set(&CaseDraw::replays, uniform(1, 5)),
         rc::gen::set(&CaseDraw::microbatches, weighted<int>({{4, 1}, {3, 2}, {1, 3}, {1, 4}})),
         rc::gen::set(&CaseDraw::in_flight, uniform(1, 5)),
-        rc::gen::set(&CaseDraw::host_generator, weighted<bool>({{1, false}, {1, true}})),
-        rc::gen::set(&CaseDraw::per_capture, weighted<bool>({{1, false}, {1, true}})),
-        rc::gen::set(&CaseDraw::grad_of_inputs, weighted<bool>({{3, false}, {1, true}})),
-        rc::gen::set(&CaseDraw::separate_pools, weighted<bool>({{3, false}, {1, true}})),
+        rc::gen::set(&CaseDraw::host_generator, weighted<bool>(host)),
+        rc::gen::set(&CaseDraw::per_capture, weighted<bool>(per_capture)),
+        rc::gen::set(&CaseDraw::grad_of_inputs, weighted<bool>(grad_of_inputs)),
+        rc::gen::set(&CaseDraw::separate_pools, weighted<bool>(separate)),
         rc::gen::set(&CaseDraw::param_seed, uniform(1, 1000)),
         rc::gen::set(&CaseDraw::data_seed, uniform(1, 1000)),
         rc::gen::set(&CaseDraw::rng_seed, uniform(1, 1000)));
@@ -130,7 +207,7 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     s.model.hidden = d.hidden;
     s.model.tokens = d.tokens;
     s.model.dtype = d.bf16 ? models::DType::BF16 : models::DType::F32;
-    s.style = d.style == 1 ? CheckpointStyle::WithoutOutput : CheckpointStyle::Reentrant;
+    s.style = static_cast<CheckpointStyle>(d.style);
     for (const LayerDraw& ld : d.layers) {
       models::LayerSpec l;
       const models::LayerKind& kind = models::layer_kinds().at(static_cast<size_t>(ld.kind));
@@ -206,6 +283,7 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     s.param_seed = static_cast<uint64_t>(d.param_seed);
     s.data_seed = static_cast<uint64_t>(d.data_seed);
     s.rng_seed = static_cast<uint64_t>(d.rng_seed);
+    fit_to_sut(s, caps);
     return s;
   });
 }

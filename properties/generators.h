@@ -7,6 +7,7 @@
 #include <rapidcheck.h>
 
 #include "harness/device/device.h"
+#include "harness/sut/capabilities.h"
 #include "harness/training/spec.h"
 
 namespace recap::properties {
@@ -23,9 +24,16 @@ struct GenConfig {
   // drawn otherwise. A campaign fixed to naive draws graphed cases with the host generator (its
   // capture failure, bug class 14) and explores its eager defect (bug class 3) on eager cases.
   std::optional<bool> sound_knobs;
+  // What the system under test runs (its hello's capabilities): every dimension is drawn from its
+  // values only (shrinking toward the first of them in the generator's order), and a value the
+  // case's executor does not run (caps.per_executor) is replaced by the first one it does. By
+  // default recap's own, for which the draws are exactly those recap has always made (the
+  // restriction is the identity: Generators.RecapDistributionIsPinned).
+  sut::Capabilities caps = sut::recap_capabilities();
 };
 
-// A valid case covering the whole configuration space of the runtime (issue 4, item 1).
+// A valid case covering the whole configuration space of the system under test. Throws
+// std::invalid_argument when config.policy is fixed to a policy the system does not run.
 rc::Gen<training::CaseSpec> gen_case(const GenConfig& config);
 
 }  // namespace recap::properties

@@ -714,9 +714,9 @@ class TorchSUT:
             "warmup_backward": ["backward", "grad-of-inputs"],
             "shared_pool": [True, False],
             "graphs": self.graphs,
-            "extensions": {"checkpoint_style": ["non-reentrant"]},
-            "per_layer": {"warmup_backward": ["grad-of-inputs"],
-                          "shared_pool_orders": "[1,-1] per microbatch only"},
+            # make_graphed_callables warms up and captures backwards with torch.autograd.grad, and a
+            # shared pool follows only the order [1, -1] per microbatch (PROTOCOL.md, section 5)
+            "per_layer": {"warmup_backward": ["grad-of-inputs"], "shared_pool_orders": ["default"]},
         }
 
     def hello(self) -> dict:

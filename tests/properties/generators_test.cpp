@@ -1,7 +1,12 @@
 // Generated cases validate, cover the configuration space, and shrink toward small cases.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
 #include <rapidcheck/gtest.h>
 
+#include "harness/base/hash.h"
 #include "properties/fuzz.h"
 #include "properties/generators.h"
 
@@ -58,6 +63,7 @@ TEST(Generators, Coverage) {
                         "style=without-output", "warmup_backward=grad-of-inputs", "selective", "interleaved order",
                         "device_state=per-capture", "separate pools", "layers=8", "microbatches=4", "warmup=3"})
     EXPECT_GT(seen[l], 0) << l;
+  EXPECT_EQ(seen["style=non-reentrant"], 0);  // recap's runtime does not model it (training::unmodelled)
   EXPECT_GE(seen["checkpoint+capture+dropout"], n / 10) << seen["checkpoint+capture+dropout"];
 }
 
@@ -84,6 +90,163 @@ TEST(Generators, ShrinksTowardTheSmallestCase) {
   EXPECT_FALSE(s.layers[0].graphed);
   EXPECT_EQ(s.model.dtype, models::DType::F32);
   EXPECT_EQ(s.executor, training::ExecutorKind::Eager);
+}
+
+
+// torch's hello (drivers/recap_drivers/torch_sut.py, capabilities()) on a GPU and on a CPU.
+sut::Capabilities torch_capabilities(bool gpu) {
+  Json j = Json::parse(R"({"kinds":["linear","layernorm","rmsnorm","gelu","swiglu","dropout","attention","mlp","block"],
+    "dtype":["fp32","bf16"],"executor":["eager","per-layer","full-iteration"],"checkpoint":["none","full","selective"],
+    "checkpoint_style":["reentrant","non-reentrant"],"policy":["naive"],"generator":["graph-safe"],
+    "device_state":["shared"],"warmup_backward":["backward","grad-of-inputs"],"shared_pool":[true,false],"graphs":true,
+    "per_layer":{"warmup_backward":["grad-of-inputs"],"shared_pool_orders":["default"]}})");
+  if (!gpu) {
+    j["executor"] = {"eager"};
+    j["graphs"] = false;
+    j["device_state"] = {"per-capture"};
+  }
+  sut::Capabilities c;
+  std::string err = sut::capabilities_from_json(j, &c);
+  if (!err.empty()) throw std::logic_error(err);
+  return c;
+}
+
+template <typename V, typename T>
+bool listed(const std::vector<V>& v, const T& x) {
+  return v.empty() || std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// "" when the system runs every dimension of the case as drawn (its executor's restrictions
+// included), else the first that it does not.
+std::string unsupported(const training::CaseSpec& s, const sut::Capabilities& caps) {
+  const sut::Dims& a = caps.all;
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    if (!listed(a.kinds, s.model.layers[i].kind)) return "kind " + s.model.layers[i].kind;
+    if (!listed(a.checkpoint, s.layers[i].checkpoint)) return "checkpoint " + training::granularity_name(s.layers[i].checkpoint);
+  }
+  std::vector<const sut::Dims*> dims = {&a};
+  if (caps.per_executor.count(s.executor)) dims.push_back(&caps.per_executor.at(s.executor));
+  if (!listed(a.executor, s.executor)) return "executor " + training::executor_name(s.executor);
+  if (!listed(a.policy, s.policy)) return "policy " + training::policy_name(s.policy);
+  for (const sut::Dims* d : dims) {
+    if (!listed(d->dtype, s.model.dtype)) return "dtype " + runtime::dtype_name(s.model.dtype);
+    if (!listed(d->checkpoint_style, s.style)) return "checkpoint_style " + training::style_name(s.style);
+    if (!listed(d->generator, s.generator)) return "generator " + runtime::generator_mode_name(s.generator);
+    if (!listed(d->device_state, s.device_state)) return "device_state " + runtime::device_state_model_name(s.device_state);
+    if (!listed(d->warmup_backward, s.warmup_backward)) return "warmup_backward " + training::warmup_backward_name(s.warmup_backward);
+    if (!listed(d->shared_pool, s.shared_pool)) return std::string("shared_pool ") + (s.shared_pool ? "true" : "false");
+    if (s.shared_pool && !s.order.empty() && s.order != training::CaseSpec{.microbatches = s.microbatches}.effective_order() &&
+        !listed(d->shared_pool_orders, std::string("interleaved")))
+      return "an interleaved order with a shared pool";
+  }
+  return "";
+}
+
+// Drawn from torch's capabilities, every case is one torch runs as specified (its per-layer
+// graphs' restrictions included: its driver would skip none for a capability), and every value it
+// runs is drawn: non-reentrant checkpoints (which recap never draws), both pools, per-layer graphs.
+TEST(Generators, DrawOnlyWhatTheSystemUnderTestRuns) {
+  for (bool gpu : {true, false}) {
+    GenConfig g;
+    g.caps = torch_capabilities(gpu);
+    auto gen = gen_case(g);
+    std::map<std::string, int> seen;
+    int per_layer_interleaved_own_pools = 0;
+    for (int i = 0; i < 1000; ++i) {
+      auto spec = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 3), rc::kNominalSize).value();
+      ASSERT_EQ(training::validate(spec), "") << i;
+      ASSERT_EQ(unsupported(spec, g.caps), "") << (gpu ? "gpu" : "cpu") << " draw " << i << ": "
+                                                << training::case_to_json(spec).dump();
+      for (const auto& l : classify(spec)) seen[l]++;
+      per_layer_interleaved_own_pools += spec.executor == training::ExecutorKind::PerLayer && !spec.shared_pool && !spec.order.empty();
+    }
+    const char* where = gpu ? "gpu" : "cpu";
+    for (const char* l : {"style=non-reentrant", "style=reentrant", "dtype=bf16", "selective", "kind=block", "interleaved order"})
+      EXPECT_GT(seen[l], 0) << where << ": " << l;
+    EXPECT_EQ(seen["policy=naive"], 1000) << where;
+    EXPECT_EQ(seen["generator=graph-safe"], 1000) << where;
+    EXPECT_EQ(seen["style=without-output"], 0) << where;
+    if (gpu) {
+      for (const char* l : {"executor=per-layer", "executor=full-iteration", "separate pools", "warmup_backward=backward",
+                            "checkpoint+capture+dropout"})
+        EXPECT_GT(seen[l], 0) << l;
+      EXPECT_GT(per_layer_interleaved_own_pools, 0);  // the order is restricted with a shared pool only
+    } else {
+      EXPECT_EQ(seen["executor=eager"], 1000);
+    }
+  }
+}
+
+// Shrinking moves toward the simplest value the system runs: the first of each table it runs.
+TEST(Generators, ShrinkTowardTheSimplestSupportedValue) {
+  GenConfig g;
+  g.caps = torch_capabilities(true);
+  g.caps.all.kinds = {"gelu", "block"};
+  g.caps.all.dtype = {models::DType::BF16};
+  g.caps.all.executor = {training::ExecutorKind::PerLayer, training::ExecutorKind::FullIteration};
+  auto shrinkable = gen_case(g)(rc::Random(42), rc::kNominalSize);
+  for (int guard = 0; guard < 10000; ++guard) {
+    auto first = shrinkable.shrinks().next();
+    if (!first) break;
+    shrinkable = *first;
+  }
+  auto s = shrinkable.value();
+  EXPECT_EQ(s.model.layers.size(), 1u);
+  EXPECT_EQ(s.model.layers[0].kind, "gelu");
+  EXPECT_EQ(s.model.dtype, models::DType::BF16);
+  EXPECT_EQ(s.executor, training::ExecutorKind::PerLayer);
+  EXPECT_EQ(s.warmup_backward, training::WarmupBackward::GradOfInputs);  // per-layer graphs' restriction
+  EXPECT_EQ(s.style, training::CheckpointStyle::Reentrant);
+  EXPECT_EQ(unsupported(s, g.caps), "");
+}
+
+TEST(Generators, AFixedPolicyTheSystemDoesNotRunIsRefused) {
+  GenConfig g;
+  g.caps = torch_capabilities(false);
+  g.policy = training::CheckpointPolicy::GraphSafe;
+  EXPECT_THROW(gen_case(g), std::invalid_argument);
+  g.policy = training::CheckpointPolicy::Naive;
+  EXPECT_NO_THROW(gen_case(g));
+}
+
+// recap's own distribution is pinned: a digest of 400 draws (and the first greedy shrinks of a few)
+// for each configuration campaigns use. Drawing from a SUT's capabilities must be the identity for
+// recap (every fixed-seed report depends on it); change the digests only when the distribution is
+// changed on purpose.
+std::string distribution_digest(const GenConfig& g) {
+  uint64_t h = kFnvOffset;
+  auto gen = gen_case(g);
+  for (int i = 0; i < 400; ++i) {
+    auto shrinkable = gen(rc::Random(static_cast<uint64_t>(i) * 104729 + 7), rc::kNominalSize);
+    h = fnv1a64(training::case_to_json(shrinkable.value()).dump(), h);
+    if (i % 40 == 0) {
+      auto seq = shrinkable.shrinks();
+      for (int k = 0; k < 8; ++k) {
+        auto next = seq.next();
+        if (!next) break;
+        h = fnv1a64(training::case_to_json(next->value()).dump(), h);
+      }
+    }
+  }
+  return hex64(h);
+}
+
+TEST(Generators, RecapDistributionIsPinned) {
+  std::vector<std::pair<std::string, GenConfig>> configs(5);
+  configs[0].first = "drawn policy";
+  configs[1].first = "naive";
+  configs[1].second.policy = training::CheckpointPolicy::Naive;
+  configs[2].first = "skip";
+  configs[2].second.policy = training::CheckpointPolicy::Skip;
+  configs[3].first = "graph-safe";
+  configs[3].second.policy = training::CheckpointPolicy::GraphSafe;
+  configs[4].first = "cuda";
+  configs[4].second.backend = device::Backend::Cuda;
+  const char* want[] = {"5f839122b4630da0", "7ff600ad43b54bdc", "50350c8aae26ee95", "7fd50a3708759f79", "25228269934491f6"};
+  for (size_t i = 0; i < configs.size(); ++i) {
+    std::string got = distribution_digest(configs[i].second);
+    EXPECT_EQ(got, want[i]) << configs[i].first;
+  }
 }
 
 }  // namespace
