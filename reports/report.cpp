@@ -30,6 +30,7 @@ Json context_to_json(const RunContext& c) {
   j["shard"] = c.shard;
   j["started_utc"] = c.started_utc;
   j["host"] = c.host;
+  if (!c.sut_name.empty()) j["sut"] = {{"name", c.sut_name}, {"version", c.sut_version}, {"device", c.sut_device}};
   return j;
 }
 
@@ -80,7 +81,7 @@ std::string content_hash_hex(const std::string& s) { return hex64(fnv1a64(s)); }
 std::string canonical_case_text(const Json& case_json) {
   Json c = case_json;
   if (c.is_object()) {
-    for (const char* k : {"name", "description", "expected"}) c.erase(k);
+    for (const char* k : {"name", "description", "expected", "sut"}) c.erase(k);
     for (auto it = c.begin(); it != c.end();) {
       if (!it.key().empty() && it.key()[0] == '_') it = c.erase(it);
       else ++it;
@@ -172,6 +173,7 @@ std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std
   if (!e.api.empty()) exp["api"] = e.api;
   if (e.require_memory_savings) exp["require_memory_savings"] = true;
   c["expected"] = exp;
+  if (!e.sut_name.empty()) c["sut"] = {{"name", e.sut_name}, {"version", e.sut_version}};
   Json found = Json::object();
   found["seed"] = e.seed;
   found["reproduce"] = e.reproduce;

@@ -33,6 +33,9 @@ struct RunContext {
   bool isolate = false;     // workers even with one job
   std::string started_utc;  // ISO 8601
   std::string host;
+  // The system under test: what --sut named (recap, recap-worker, torch, megatron), its version and
+  // device as its hello said; "sut" in the JSON when sut_name is set.
+  std::string sut_name, sut_version, sut_device;
 };
 Json context_to_json(const RunContext& c);
 // `git rev-parse HEAD` in the source tree (or the working directory), else the compile-time
@@ -42,16 +45,16 @@ std::string utc_now_iso8601();
 
 // FNV-1a 64 of a string, as 16 lower-case hex digits.
 std::string content_hash_hex(const std::string& s);
-// The canonical text of a case for naming: the case JSON without name, description, expected and
-// comment keys, compact.
+// The canonical text of a case for naming: the case JSON without name, description, expected, sut
+// and comment keys, compact.
 std::string canonical_case_text(const Json& case_json);
 // "<property>-<disposition>-<first 12 hex digits of the hash of the canonical case text>.json":
 // the same case always gets the same name, so corpora from shards merge by file name.
 std::string corpus_file_name(const std::string& property, const std::string& disposition, const Json& case_json);
 
 // A counterexample as a corpus file: the case JSON with `name`, `description`, `expected`
-// {disposition, property, error, api} and `_found` {seed, reproduce, shrinks, reason} (an
-// underscore key: a comment to the case reader). Writes it under `dir` (created when missing) and
+// {disposition, property, error, api}, `sut` {name, version} when known, and `_found` {seed,
+// reproduce, shrinks, reason} (an underscore key: a comment to the case reader). Writes it under `dir` (created when missing) and
 // returns the path; "" and *error on failure.
 struct CorpusEntry {
   Json case_json;        // training::case_to_json of the shrunk case
@@ -64,6 +67,9 @@ struct CorpusEntry {
   uint64_t seed = 0;
   int shrinks = 0;
   bool require_memory_savings = false;  // the oracle option the failure needs (recorded in expected)
+  // The system under test that found it: the file's "sut" {name, version}, what `recap replay
+  // FILE` runs it on (not part of the case: the file name does not depend on it).
+  std::string sut_name, sut_version;
 };
 std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std::string* error);
 

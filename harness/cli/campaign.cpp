@@ -95,7 +95,8 @@ CampaignResult run_campaign(const CampaignOptions& o) {
   return r;
 }
 
-void save_failures(CampaignResult& r, const std::string& corpus_dir, bool require_memory_savings) {
+void save_failures(CampaignResult& r, const std::string& corpus_dir, bool require_memory_savings,
+                   const CampaignOptions& o) {
   for (auto& f : r.failures) {
     reports::CorpusEntry e;
     e.case_json = f.case_json;
@@ -108,6 +109,8 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
     e.seed = f.seed;
     e.shrinks = f.shrinks;
     e.require_memory_savings = require_memory_savings && f.property == "memory";
+    e.sut_name = o.sut_kind;
+    e.sut_version = o.sut_info.version;
     std::string err;
     f.corpus_path = reports::write_corpus_entry(corpus_dir, e, &err);
     if (f.corpus_path.empty()) throw UsageError("--corpus-dir: " + err);

@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "harness/cli/cli.h"
 #include "properties/fuzz.h"
 #include "reports/reporter.h"
 #include "reports/results.h"
@@ -34,15 +35,20 @@ struct CampaignOptions {
   bool isolate = false;      // worker processes even with one job
   bool progress = false;     // the \r progress line on stderr
   std::string worker_out;    // this process is a worker: write the result here
-  std::string sut = "recap"; // --sut (fuzz.oracle.sut is made from it in each process)
+  SutFlags sut;              // --sut and the worker flags (fuzz.oracle.sut is made from them in each process)
+  std::string sut_kind = "recap";  // what --sut names (SutChoice::kind), and what the system said of itself:
+  sut::SutInfo sut_info;           // the report's context and the corpus files record them
 };
 
 CampaignResult run_campaign(const CampaignOptions& o);
 CampaignResult run_workers(const CampaignOptions& o);
 // What properties::fuzz found, as the reports see it.
 CampaignResult from_stats(const properties::FuzzStats& s);
-// Writes each failure to the corpus dir (sets corpus_path); throws UsageError when it cannot.
-void save_failures(CampaignResult& r, const std::string& corpus_dir, bool require_memory_savings);
+// Writes each failure to the corpus dir (sets corpus_path), recording the system under test that
+// found it (its kind and version: what `recap replay FILE` runs it on); throws UsageError when it
+// cannot.
+void save_failures(CampaignResult& r, const std::string& corpus_dir, bool require_memory_savings,
+                   const CampaignOptions& o);
 
 // Parses "i/n" (0 <= i < n); throws UsageError naming the flag.
 void parse_shard(const std::string& text, int* index, int* count);
@@ -70,7 +76,7 @@ struct FuzzFlags {
   std::string report, corpus_dir = "corpus/found", junit, worker_out;
   bool require_memory_savings = false;
   std::vector<std::string> properties;  // --property; empty: all
-  std::string sut = "recap";
+  SutFlags sut;
 };
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f);
 // Resolves the backend, seed, shard and policy; *seed_random when the seed was drawn.

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/device/device.h"
+#include "harness/sut/capabilities.h"
 #include "harness/sut/sut.h"
 
 namespace recap::cli {
@@ -28,11 +29,42 @@ struct UsageError : std::runtime_error {
 void add_backend_option(CLI::App& cmd, std::string* backend);
 // Adds --property NAME... (the oracles to check; all when absent); an unknown name is a usage error.
 void add_property_option(CLI::App& cmd, std::vector<std::string>* properties);
-// Adds --sut recap|recap-worker (default recap: in process).
-void add_sut_option(CLI::App& cmd, std::string* sut);
-// The system under test --sut names, on `backend` (a concrete one: sim or cuda); null for recap in
-// process.
-std::shared_ptr<sut::Sut> make_sut(const std::string& name, const std::string& backend);
+// The system-under-test flags of fuzz, replay and gate.
+struct SutFlags {
+  std::string sut = "recap";              // --sut recap|recap-worker|torch[@V]|megatron[@V]
+  bool sut_given = false;                 // --sut was on the command line (replay: else each file's own)
+  double case_timeout = -1;               // --case-timeout; -1: the default (600 s for a worker)
+  std::string worker_python;              // --worker-python; "" RECAP_PYTHON, else python3
+  std::vector<std::string> worker_env;    // --worker-env KEY=VALUE, the worker's environment only
+};
+// Adds --sut, --case-timeout, --worker-python and --worker-env.
+void add_sut_options(CLI::App& cmd, SutFlags* f);
+// Adds --case-timeout alone (recap run: the runtime in this process).
+void add_case_timeout_option(CLI::App& cmd, double* seconds);
+
+// A --sut value: recap, recap-worker, torch, megatron, the last two with an optional @VERSION.
+struct SutChoice {
+  std::string kind;     // "recap", "recap-worker", "torch", "megatron"
+  std::string version;  // "" unless @VERSION
+};
+// "" or one line naming the problem ("unknown system under test 'jax' (one of: ...)").
+std::string parse_sut(const std::string& text, SutChoice* out);
+// What a case file's "sut" asks for as a --sut value: name@version for a framework, the name alone
+// for recap's runtime (its version is recap's own).
+std::string sut_text(const std::string& name, const std::string& version);
+
+// A started system under test.
+struct SystemUnderTest {
+  std::shared_ptr<sut::Sut> sut;  // null: recap's runtime in this process
+  std::string kind;               // SutChoice::kind: what corpus files and reports name
+  sut::SutInfo info;              // its hello (in process: recap's own, the same function)
+  sut::Capabilities caps;         // info.capabilities, read
+};
+// Starts the system `text` names on `backend` (a concrete one: sim or cuda) and greets it (hello).
+// UsageError with one line when it cannot start or fails hello: "--sut megatron@0.15.3: the worker
+// exited with status 2 before answering hello; stderr: ...": a campaign against a system that
+// cannot start is bad usage, not a crashed case per case.
+SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::string& backend);
 // Makes the device the --backend text asks for, or throws UsageError saying why it can't.
 std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts = {});
 

@@ -24,7 +24,7 @@ int fuzz(const FuzzFlags& f) {
     reports::write_or_throw(o.worker_out, reports::campaign_to_json(r).dump() + "\n", "--worker-out");
     return kExitOk;
   }
-  save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings);
+  save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings, o);
   bool failed = !r.failures.empty() || !r.crashes.empty();
   int rc = failed ? kExitFailed : kExitOk;
   reports::Outcome out;

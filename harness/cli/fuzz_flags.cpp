@@ -2,6 +2,7 @@
 // run context.
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "harness/cli/campaign.h"
@@ -12,7 +13,7 @@ namespace recap::cli {
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   add_backend_option(*cmd, &f->backend);
   add_property_option(*cmd, &f->properties);
-  add_sut_option(*cmd, &f->sut);
+  add_sut_options(*cmd, &f->sut);
   cmd->add_option("--cases", f->cases, "Cases to generate (all shards and jobs together)")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
@@ -69,11 +70,19 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.oracle.require_memory_savings = f.require_memory_savings;
   o.fuzz.oracle.properties = f.properties;
   o.sut = f.sut;
-  if (f.worker_out.empty() && (f.jobs > 1 || f.isolate)) {
-    // The parent only spawns and merges: each worker process makes its own system under test.
-  } else {
-    o.fuzz.oracle.sut = make_sut(f.sut, o.backend);
+  // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent
+  // of worker processes only spawns and merges (each worker process makes its own system under
+  // test), but greets one too, for that check and the report's context.
+  SystemUnderTest s = make_sut(f.sut, f.sut.sut, o.backend);
+  o.sut_kind = s.kind;
+  o.sut_info = s.info;
+  o.fuzz.gen.caps = s.caps;
+  if (!f.policy.empty() && std::find(s.caps.all.policy.begin(), s.caps.all.policy.end(), *o.fuzz.gen.policy) == s.caps.all.policy.end()) {
+    std::string runs;
+    for (auto p : s.caps.all.policy) runs += (runs.empty() ? "" : ", ") + training::policy_name(p);
+    throw UsageError("--policy " + f.policy + ": --sut " + f.sut.sut + " does not run it (its policies: " + runs + ")");
   }
+  if (!(f.worker_out.empty() && (f.jobs > 1 || f.isolate))) o.fuzz.oracle.sut = s.sut;
   o.jobs = f.jobs;
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;
@@ -100,6 +109,9 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   c.host = host;
+  c.sut_name = o.sut_kind;
+  c.sut_version = o.sut_info.version;
+  c.sut_device = o.sut_info.device;
   return c;
 }
 

@@ -48,7 +48,7 @@ int gate(GateArgs a) {
   std::printf("recap gate: replaying %zu corpus case%s from %s\n", files.size(), files.size() == 1 ? "" : "s",
               a.corpus.c_str());
   std::vector<ReplayOutcome> replays;
-  const auto replay_sut = o.fuzz.oracle.sut ? o.fuzz.oracle.sut : make_sut(f.sut, o.backend);
+  const auto replay_sut = o.fuzz.oracle.sut ? o.fuzz.oracle.sut : make_sut(f.sut, f.sut.sut, o.backend).sut;
   int differ = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, replay_sut, false));
@@ -60,7 +60,7 @@ int gate(GateArgs a) {
 
   // 2. the fuzz budget
   CampaignResult r = run_campaign(o);
-  save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings);
+  save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings, o);
   reports::Outcome out;
   out.title = "recap gate: fuzz";
   out.context = ctx;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
@@ -231,23 +232,42 @@ struct ReplayArgs {
   std::string backend = "sim";
   bool require_memory_savings = false;
   std::vector<std::string> properties;
-  std::string sut = "recap";
+  SutFlags sut;  // without --sut, each file runs on its own "sut" (recap when it names none)
   std::string report;
 };
 
 int replay(const ReplayArgs& a) {
   // Every file must load before any runs: a bad file is bad input (exit 2), not a failure.
   std::vector<CaseSpec> specs(a.files.size());
+  std::vector<std::string> suts(a.files.size());  // the --sut value each file runs on
   for (size_t i = 0; i < a.files.size(); ++i) {
-    std::string err = read_case_file(a.files[i], &specs[i]);
+    CaseFileSut named;
+    std::string err = read_case_file(a.files[i], &specs[i], &named);
     if (!err.empty()) throw UsageError(err);
+    SutChoice c;
+    if (a.sut.sut_given) {
+      suts[i] = a.sut.sut;
+    } else if (named.name.empty()) {
+      suts[i] = "recap";
+    } else if (std::string e = parse_sut(named.name, &c); !e.empty() || named.name.find('@') != std::string::npos) {
+      throw UsageError(a.files[i] + ": sut.name: " + (e.empty() ? "'" + named.name + "' names no system under test" : e));
+    } else if (std::string v = parse_sut(sut_text(named.name, named.version), &c); !v.empty()) {
+      throw UsageError(a.files[i] + ": sut.version: " + v);
+    } else {
+      suts[i] = sut_text(named.name, named.version);
+    }
   }
   open_device(a.backend);  // an unusable backend is bad usage, said once
+  const std::string backend = device::backend_name(open_device(a.backend)->backend());
+  // Every system the files need, started and greeted before any case runs.
+  std::map<std::string, SystemUnderTest> systems;
+  for (const auto& text : suts)
+    if (!systems.count(text)) systems.emplace(text, make_sut(a.sut, text, backend));
   std::vector<ReplayOutcome> outs;
   int differ = 0;
-  const auto sut = make_sut(a.sut, device::backend_name(open_device(a.backend)->backend()));
   for (size_t i = 0; i < a.files.size(); ++i) {
-    outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, a.properties, sut, true));
+    outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, a.properties,
+                               systems.at(suts[i]).sut, true));
     differ += !outs.back().as_expected;
   }
   if (a.files.size() > 1)
@@ -262,6 +282,12 @@ int replay(const ReplayArgs& a) {
     ctx.properties = a.properties;
     ctx.device = open_device(a.backend)->name();
     ctx.started_utc = reports::utc_now_iso8601();
+    if (systems.size() == 1) {  // files run on several systems: each file says which
+      const SystemUnderTest& s = systems.begin()->second;
+      ctx.sut_name = s.kind;
+      ctx.sut_version = s.info.version;
+      ctx.sut_device = s.info.device;
+    }
     out.replays = &outs;
     out.exit_code = differ ? kExitFailed : kExitOk;
     reports::JsonReporter(a.report).report(out);
@@ -282,7 +308,10 @@ void add_replay_command(CLI::App& app, Runner* runner) {
       ->check(CLI::IsMember({"sim", "cuda", "auto"}))
       ->default_val("sim");
   add_property_option(*cmd, &args->properties);
-  add_sut_option(*cmd, &args->sut);
+  add_sut_options(*cmd, &args->sut);
+  cmd->get_option("--sut")->description(
+      "System under test (default: the one the file names, recap when it names none): recap, recap-worker, "
+      "torch[@VERSION] or megatron[@VERSION]");
   cmd->add_flag("--require-memory-savings", args->require_memory_savings,
                 "Recompute that saves no activation memory inside graphs is a failure, not a finding");
   cmd->add_option("--report", args->report, "Write a JSON report (schema recap.report/1)");

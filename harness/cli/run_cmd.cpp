@@ -2,9 +2,14 @@
 // gradient norms (total and per layer), the RNG ledger's counts and memory by category; a failure
 // (capture error, checkpoint refusal...) as one line naming the checkpoint, the phase and the CUDA
 // error. Exit 0 passed, 1 failed or incorrect, 2 bad input (the spec's one-line error).
+#include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +27,38 @@ struct RunArgs {
   std::string spec_path;
   std::string backend = "auto";
   std::string json_path;
+  double case_timeout = -1;  // -1 / 0: no limit
+};
+
+// --case-timeout for the one case this process runs: the run cannot be interrupted inside the
+// runtime, so a thread ends the whole process (exit 1, as a crashed case) when it takes too long.
+class RunTimeout {
+ public:
+  RunTimeout(double seconds, std::string path) {
+    if (seconds <= 0) return;
+    thread_ = std::thread([this, seconds, path] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
+      std::fprintf(stderr, "recap run: %s: no result within --case-timeout %g s (stopped)\n", path.c_str(), seconds);
+      std::fflush(stdout);
+      std::_Exit(kExitFailed);
+    });
+  }
+  ~RunTimeout() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
 };
 
 std::string bytes_text(int64_t b) {
@@ -102,10 +139,13 @@ int run(const RunArgs& args) {
   CaseSpec spec;
   std::string err = read_case_file(args.spec_path, &spec);
   if (!err.empty()) throw UsageError(err);
+  if (std::string why = unmodelled(spec); !why.empty())
+    throw UsageError(args.spec_path + ": recap's runtime cannot run this case: " + why);
   auto dev = open_device(args.backend);
 
   RunResult r;
   try {
+    RunTimeout timeout(args.case_timeout, args.spec_path);
     r = run_case(*dev, spec);
   } catch (const std::exception& e) {
     // Setup itself failed (the device refused an allocation, ...): no step ran.
@@ -156,6 +196,9 @@ void add_run_command(CLI::App& app, Runner* runner) {
   cmd->add_option("spec", args->spec_path, "The case file (JSON, schema recap.case/1)")->required();
   add_backend_option(*cmd, &args->backend);
   cmd->add_option("--json", args->json_path, "Also write the result to this JSON file (schema recap.run/1)");
+  add_case_timeout_option(*cmd, &args->case_timeout);
+  cmd->get_option("--case-timeout")
+      ->description("Seconds the run may take; past them recap stops with exit 1 and one line (0 or absent: no limit)");
 }
 
 }  // namespace recap::cli

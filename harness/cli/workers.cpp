@@ -83,9 +83,21 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back(o.policy);
     }
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
-    if (o.sut != "recap") {
+    if (o.sut.sut != "recap") {
       args.push_back("--sut");
-      args.push_back(o.sut);
+      args.push_back(o.sut.sut);
+    }
+    if (o.sut.case_timeout >= 0) {
+      args.push_back("--case-timeout");
+      args.push_back(std::to_string(o.sut.case_timeout));
+    }
+    if (!o.sut.worker_python.empty()) {
+      args.push_back("--worker-python");
+      args.push_back(o.sut.worker_python);
+    }
+    for (const auto& kv : o.sut.worker_env) {
+      args.push_back("--worker-env");
+      args.push_back(kv);
     }
     for (const auto& p : o.fuzz.oracle.properties) {
       args.push_back("--property");
@@ -137,7 +149,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
                            " of its cases (case " + std::to_string(done + 1) + " of the shard crashed); reproduce: recap fuzz --backend " +
                            o.backend + " --seed " + std::to_string(o.fuzz.seed) + " --cases " +
                            std::to_string(o.fuzz.cases) + (o.policy.empty() ? "" : " --policy " + o.policy) +
-                           " --shard " + shard;
+                           (o.sut.sut == "recap" ? "" : " --sut " + o.sut.sut) + " --shard " + shard;
         part.crashes.push_back(line);
         part.cases = done + 1;
         part.by_disposition["crashed"] = 1;

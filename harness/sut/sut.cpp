@@ -1,20 +1,92 @@
 #include "harness/sut/sut.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
-#include "harness/sut/protocol.h"
 #include "harness/sut/worker.h"
 
 extern char** environ;
 
 namespace recap::sut {
+
+namespace {
+
+// A request the worker did not answer within the case timeout (the worker has been killed).
+struct TimedOut : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Kills the worker when a request is not answered in time. Requests and replies go through FILE*,
+// which cannot wait with a deadline; a thread waiting on a condition variable sends SIGKILL, and
+// the blocked write or read then returns (a broken pipe, the end of input).
+class Watchdog {
+ public:
+  Watchdog(pid_t pid, double seconds) {
+    if (seconds <= 0) return;
+    thread_ = std::thread([this, pid, seconds] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) {
+        fired_ = true;
+        kill(-pid, SIGKILL);  // its process group (start()); not reaped before disarm() returns
+      }
+    });
+  }
+  ~Watchdog() { disarm(); }
+  // Stops the watchdog; true when it fired.
+  bool disarm() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_ = true;
+      }
+      cv_.notify_all();
+      thread_.join();
+    }
+    return fired_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  bool fired_ = false;
+  std::thread thread_;
+};
+
+std::string seconds_text(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", s);
+  return b;
+}
+
+std::string key_of(const std::string& kv) { return kv.substr(0, kv.find('=')); }
+
+}  // namespace
+
+std::vector<std::string> environment_with(const std::vector<std::string>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  for (const auto& kv : set) {
+    // A later setting of a variable replaces an earlier one (recap's own, or a repeated flag).
+    const std::string key = key_of(kv);
+    std::erase_if(env, [&](const std::string& x) { return key_of(x) == key; });
+    env.push_back(kv);
+  }
+  return env;
+}
 
 WorkerSut::~WorkerSut() {
   // A clean end: ask the worker to stop and let it exit by itself.
@@ -26,44 +98,122 @@ WorkerSut::~WorkerSut() {
     } catch (const ProtocolError&) {
     }
   }
-  stop(/*kill_it=*/false);
+  stop(/*grace_s=*/10);
+  if (stderr_fd_ >= 0) {
+    end_request();
+    close(stderr_fd_);
+  }
 }
 
 void WorkerSut::start() {
+  if (stderr_fd_ < 0) {
+    // The worker's stderr: a file nobody else can open (unlinked), appended to by the worker, so
+    // recap can empty it before each request and read the tail of what that request wrote.
+    const char* tmp = std::getenv("TMPDIR");
+    std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/recap-worker-stderr-XXXXXX";
+    stderr_fd_ = mkostemp(path.data(), O_APPEND | O_CLOEXEC);
+    if (stderr_fd_ < 0) throw std::runtime_error("cannot create a file for the worker's stderr in " + path + ": " + std::strerror(errno));
+    unlink(path.c_str());
+  }
   int in[2], out[2];
-  if (pipe(in) != 0 || pipe(out) != 0) throw std::runtime_error(std::string("cannot create pipes: ") + std::strerror(errno));
+  // Close-on-exec everywhere: the worker gets exactly fds 0, 1, 2 (dup2 clears the flag on them),
+  // not the pipes of another worker recap runs.
+  if (pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(std::string("cannot create pipes: ") + std::strerror(errno));
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
+    throw std::runtime_error(std::string("cannot create pipes: ") + std::strerror(errno));
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-  for (int fd : {in[0], in[1], out[0], out[1]}) posix_spawn_file_actions_addclose(&fa, fd);
-  std::vector<char*> argv;
-  for (auto& a : argv_) argv.push_back(a.data());
+  posix_spawn_file_actions_adddup2(&fa, stderr_fd_, STDERR_FILENO);
+  std::vector<char*> argv, envp;
+  for (auto& a : config_.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int rc = posix_spawnp(&pid_, argv_[0].c_str(), &fa, nullptr, argv.data(), environ);  // PATH lookup: python3
+  for (auto& e : config_.env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  // The worker leads a process group of its own, so that killing it kills what it started too
+  // (a child holding its stdout open would keep recap's read waiting).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  begin_request();  // what the worker writes while it starts belongs to the hello that follows
+  int rc = posix_spawnp(&pid_, config_.argv[0].c_str(), &fa, &attr, argv.data(),
+                        config_.env.empty() ? environ : envp.data());  // PATH lookup: python3
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   close(in[0]);
   close(out[1]);
   if (rc != 0) {
     close(in[1]);
     close(out[0]);
     pid_ = -1;
-    throw std::runtime_error("cannot start the worker " + argv_[0] + ": " + std::strerror(rc));
+    throw std::runtime_error("cannot start the worker " + config_.argv[0] + ": " + std::strerror(rc));
   }
   to_ = fdopen(in[1], "wb");
   from_ = fdopen(out[0], "rb");
   // A worker that died leaves a broken pipe: a write error, not a SIGPIPE that ends recap.
   signal(SIGPIPE, SIG_IGN);
+
+  // hello: the worker says what it is and what it runs, or why it cannot start.
+  Message req, rep;
+  req.header = {{"op", "hello"}, {"protocol", kProtocol}};
+  // What went wrong, with "%s" where how the worker ended goes.
+  std::string problem;
+  double grace = 0;  // a worker that answers wrongly is alive: killed at once
+  try {
+    if (!exchange(req, &rep)) {
+      problem = "the worker %s before answering hello";
+      grace = 5;  // it closed its output: it is exiting, let it say how
+    } else if (rep.header.value("op", std::string()) == "error") {
+      problem = "the worker refused hello: " + rep.header.value("message", std::string()) + " (it %s)";
+      grace = 5;  // a worker that refuses hello exits (status 2)
+    } else if (rep.header.value("op", std::string()) != "hello" || rep.header.value("protocol", std::string()) != kProtocol) {
+      problem = "the worker answered hello with " + rep.header.dump().substr(0, 120) + " (it %s)";
+    } else if (!rep.header.contains("capabilities") || !rep.header["capabilities"].is_object()) {
+      problem = "the worker answered hello without a capabilities object (it %s)";
+    }
+  } catch (const TimedOut& e) {
+    problem = std::string(e.what()) + " (it %s)";
+  } catch (const ProtocolError& e) {
+    problem = std::string("the worker answered hello with garbage: ") + e.what() + " (it %s)";
+  }
+  if (!problem.empty()) {
+    std::string tail = stderr_tail();
+    stop(grace);
+    end_request();
+    problem.replace(problem.find("%s"), 2, last_exit_);
+    throw std::runtime_error(problem + tail);
+  }
+  end_request();
+  info_.name = rep.header.value("sut", std::string());
+  info_.version = rep.header.value("version", std::string());
+  info_.device = rep.header.value("device", std::string());
+  info_.capabilities = rep.header["capabilities"];
 }
 
-void WorkerSut::stop(bool kill_it) {
-  if (to_) std::fclose(to_);
+SutInfo WorkerSut::hello() {
+  if (pid_ < 0) start();
+  return info_;
+}
+
+void WorkerSut::stop(double grace_s) {
+  if (to_) std::fclose(to_);  // the worker's end of input: a healthy worker exits by itself
   if (from_) std::fclose(from_);
   to_ = from_ = nullptr;
   if (pid_ > 0) {
     int status = 0;
-    if (kill_it) kill(pid_, SIGKILL);  // a worker in any state: its case is over
-    waitpid(pid_, &status, 0);
+    pid_t r = 0;
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+    while ((r = waitpid(pid_, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (r == 0) {
+      kill(-pid_, SIGKILL);  // a worker in any state, and what it started: its case is over
+      waitpid(pid_, &status, 0);
+    }
     if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL)
       last_exit_ = "died of signal " + std::to_string(WTERMSIG(status));
     else if (WIFEXITED(status))
@@ -74,16 +224,100 @@ void WorkerSut::stop(bool kill_it) {
   pid_ = -1;
 }
 
+bool WorkerSut::exchange(const Message& request, Message* reply) {
+  Watchdog dog(pid_, config_.case_timeout_s);
+  bool got = false;
+  try {
+    try {
+      write_message(to_, request);
+    } catch (const ProtocolError&) {
+      // The worker closed its input: it is gone or going. What it said before that (an error
+      // reply) is still to be read; else the read ends at once.
+    }
+    got = read_message(from_, reply);
+  } catch (const ProtocolError&) {
+    if (!dog.disarm()) throw;  // killed by the watchdog: the broken stream is its doing
+  }
+  if (dog.disarm())
+    throw TimedOut("no reply within --case-timeout " + seconds_text(config_.case_timeout_s) + " s (killed)");
+  return got;
+}
+
+void WorkerSut::begin_request() {
+  if (stderr_fd_ < 0) return;
+  end_request();  // anything written between requests is echoed, not lost
+  if (ftruncate(stderr_fd_, 0) != 0) {
+    // Not fatal: the tail then holds older lines too.
+  }
+  echoed_ = 0;
+}
+
+void WorkerSut::end_request() {
+  if (!config_.echo_stderr || stderr_fd_ < 0) return;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = pread(stderr_fd_, buf, sizeof buf, echoed_);
+    if (n <= 0) break;
+    echoed_ += n;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(STDERR_FILENO, buf + off, static_cast<size_t>(n - off));
+      if (w <= 0) return;
+      off += w;
+    }
+  }
+}
+
+std::string WorkerSut::stderr_tail() const {
+  if (stderr_fd_ < 0) return "";
+  struct stat st {};
+  if (fstat(stderr_fd_, &st) != 0 || st.st_size == 0) return "";
+  // The last 5 lines that are not blank, at most 600 bytes, on one line.
+  const off_t from = st.st_size > 4096 ? st.st_size - 4096 : 0;
+  std::string text(static_cast<size_t>(st.st_size - from), '\0');
+  ssize_t n = pread(stderr_fd_, text.data(), text.size(), from);
+  if (n <= 0) return "";
+  text.resize(static_cast<size_t>(n));
+  std::vector<std::string> lines;
+  std::string line;
+  auto flush = [&] {
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    size_t start = line.find_first_not_of(' ');
+    if (start != std::string::npos) lines.push_back(line.substr(start));
+    line.clear();
+  };
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '\n') flush();
+    else line += (u >= 0x20 && u < 0x7f) ? c : (c == '\t' || c == '\r') ? ' ' : '?';  // one line, printable
+  }
+  flush();
+  if (lines.size() > 5) lines.erase(lines.begin(), lines.end() - 5);
+  std::string tail;
+  for (const auto& l : lines) tail += (tail.empty() ? "" : " | ") + l;
+  if (tail.size() > 600) tail = "..." + tail.substr(tail.size() - 597);
+  return tail.empty() ? "" : "; stderr: " + tail;
+}
+
 SutRun WorkerSut::run(const training::CaseSpec& spec) {
-  if (pid_ < 0) start();
+  if (pid_ < 0) {
+    try {
+      start();
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(config_.name + " worker: " + e.what());
+    }
+  }
   Message req;
   const int64_t id = next_id_++;
   req.header = {{"op", "run"}, {"id", id}, {"case", training::case_to_json(spec)}};
-  if (send_frames_) req.frames = case_frames(spec);
+  if (config_.send_frames) req.frames = case_frames(spec);
   Message obs;
+  begin_request();
+  struct EndRequest {
+    WorkerSut* w;
+    ~EndRequest() { w->end_request(); }
+  } end_request_at_exit{this};
   try {
-    write_message(to_, req);
-    if (!read_message(from_, &obs)) throw ProtocolError("the worker closed its output");
+    if (!exchange(req, &obs)) throw ProtocolError("the worker closed its output");
     if (obs.header.value("op", std::string()) != "error" && obs.header.value("id", int64_t{-1}) != id)
       throw ProtocolError("an observation for another request");
     SutRun out;
@@ -96,11 +330,18 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
     }
     out.device_name = obs.header.value("device", std::string());
     return out;
+  } catch (const TimedOut& e) {
+    std::string tail = stderr_tail();
+    stop(/*grace_s=*/0);
+    throw std::runtime_error(config_.name + " worker: " + e.what() + tail);
   } catch (const ProtocolError& e) {
     // The stream cannot be trusted any more: end this worker; the next case starts another.
     const bool refused = obs.header.is_object() && obs.header.value("op", std::string()) == "error";
-    stop(/*kill_it=*/true);
-    throw std::runtime_error(name_ + " worker: " + e.what() + (refused ? "" : " (the worker " + last_exit_ + ")"));
+    const bool closed = std::string(e.what()) == "the worker closed its output";
+    std::string tail = refused ? "" : stderr_tail();
+    stop(/*grace_s=*/closed ? 5 : 0);  // a worker that closed its output is exiting: let it say how
+    throw std::runtime_error(config_.name + " worker: " + e.what() + (refused ? "" : " (the worker " + last_exit_ + ")") +
+                             tail);
   }
 }
 

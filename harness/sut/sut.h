@@ -10,6 +10,8 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "harness/base/json.h"
+#include "harness/sut/protocol.h"
 #include "harness/training/executor.h"
 
 namespace recap::sut {
@@ -21,6 +23,14 @@ struct SutRun {
   std::string device_name, backend;  // what the worker ran it on
 };
 
+// What a system says of itself (its hello reply).
+struct SutInfo {
+  std::string name;     // "recap", "torch", "megatron"
+  std::string version;  // "0.1.0", torch.__version__, megatron-core's version
+  std::string device;   // "sim", "NVIDIA H200", "cpu"
+  Json capabilities;    // the hello's object (capabilities.h reads it)
+};
+
 class Sut {
  public:
   virtual ~Sut() = default;
@@ -29,34 +39,56 @@ class Sut {
   virtual bool recap_runtime() const = 0;
   // Runs the case. Throws SkippedBySut when the system cannot run it as specified, and
   // std::runtime_error with one line when it could not give a run (the worker died, talked
-  // garbage, refused the case): the oracles record the case as crashed.
+  // garbage, refused the case, did not answer in time): the oracles record the case as crashed.
   virtual SutRun run(const training::CaseSpec& spec) = 0;
 };
 
-// recap's runtime behind `argv` (e.g. {"/path/recap", "worker", "--backend", "sim"}).
+struct WorkerConfig {
+  std::string name;                // for messages: "<name> worker: ..." ("torch", "recap-worker")
+  std::vector<std::string> argv;   // {"python3", "-m", "recap_drivers", ...}; argv[0] found on PATH
+  std::vector<std::string> env;    // the worker's whole environment, KEY=VALUE (environment_with)
+  bool send_frames = false;        // send each case's parameters and data (recap's own worker derives them)
+  bool recap_runtime = false;
+  double case_timeout_s = 0;       // a request unanswered this long kills the worker; 0: no limit
+  bool echo_stderr = false;        // copy the worker's stderr to recap's after each request
+};
+
+// recap's environment with `set` (KEY=VALUE each) replacing or adding variables: what a worker
+// gets, leaving recap's own environment as it is.
+std::vector<std::string> environment_with(const std::vector<std::string>& set);
+
 class WorkerSut : public Sut {
  public:
-  // `send_frames`: send each case's parameters and data (a framework needs them; recap's own
-  // worker derives them from the seeds).
-  WorkerSut(std::string name, std::vector<std::string> argv, bool send_frames, bool recap_runtime)
-      : name_(std::move(name)), argv_(std::move(argv)), send_frames_(send_frames), recap_runtime_(recap_runtime) {}
+  explicit WorkerSut(WorkerConfig config) : config_(std::move(config)) {}
   ~WorkerSut() override;
-  std::string name() const override { return name_; }
-  bool recap_runtime() const override { return recap_runtime_; }
+  std::string name() const override { return config_.name; }
+  bool recap_runtime() const override { return config_.recap_runtime; }
   SutRun run(const training::CaseSpec& spec) override;
+  // Starts the worker when it is not running (it answers `hello` first) and returns what it said.
+  // std::runtime_error with one line when it cannot start, exits, refuses hello, talks garbage or
+  // does not answer in time ("the worker exited with status 2: <its stderr tail>").
+  SutInfo hello();
 
  private:
   void start();
-  void stop(bool kill_it);  // closes the pipes, reaps the process (killed first when asked); how it ended: last_exit_
-  std::string name_;
-  std::vector<std::string> argv_;
-  bool send_frames_;
-  bool recap_runtime_;
+  // Closes the pipes and reaps the process, killed when it has not exited within grace_s; how it
+  // ended: last_exit_.
+  void stop(double grace_s);
+  // One request and its reply, within the case timeout. false when the worker closed its output;
+  // ProtocolError for a reply that is not one, std::runtime_error when the timeout killed it.
+  bool exchange(const Message& request, Message* reply);
+  void begin_request();      // empties the stderr file: its tail is this request's
+  void end_request();        // with echo_stderr, copies what the request wrote to recap's stderr
+  std::string stderr_tail() const;  // "" or "; stderr: <last lines, one line>"
+  WorkerConfig config_;
   pid_t pid_ = -1;
   FILE* to_ = nullptr;
   FILE* from_ = nullptr;
+  int stderr_fd_ = -1;       // an unlinked temporary file, the worker's fd 2
+  off_t echoed_ = 0;         // bytes of it copied to recap's stderr
   int64_t next_id_ = 1;
   std::string last_exit_;
+  SutInfo info_;
 };
 
 }  // namespace recap::sut

@@ -1,5 +1,7 @@
 #include "harness/sut/worker.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -282,9 +284,10 @@ Message hello_reply(device::Device& dev) {
 
 namespace {
 // Fault points for the client's crash tests, off unless RECAP_FAULT_WORKER is set:
-// "abort@N" aborts the worker at its N-th run, "garbage@N" answers it with a line that is not JSON;
-// ":FILE" after N makes it fire once per FILE (the worker that fires creates it), so the worker
-// recap starts next runs clean.
+// "abort@N" aborts the worker at its N-th run (after a line on stderr, which the client's crash
+// reason quotes), "garbage@N" answers it with a line that is not JSON, "hang@N" never answers it
+// (the client's --case-timeout kills it); ":FILE" after N makes it fire once per FILE (the worker
+// that fires creates it), so the worker recap starts next runs clean.
 struct WorkerFault {
   std::string kind;
   int at = -1;
@@ -352,7 +355,14 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
     }
     if (++runs == fault.at && (fault.once.empty() || !std::filesystem::exists(fault.once))) {
       if (!fault.once.empty()) std::ofstream{fault.once};
-      if (fault.kind == "abort") std::abort();
+      if (fault.kind == "abort") {
+        std::fprintf(stderr, "recap worker: RECAP_FAULT_WORKER abort@%d: aborting in run %d\n", fault.at, runs);
+        std::abort();
+      }
+      if (fault.kind == "hang") {
+        std::fprintf(stderr, "recap worker: RECAP_FAULT_WORKER hang@%d: not answering run %d\n", fault.at, runs);
+        for (;;) pause();
+      }
       if (fault.kind == "garbage") {
         std::fputs("garbage instead of an observation\n", out);
         std::fflush(out);

@@ -345,7 +345,7 @@ Json case_to_json(const CaseSpec& s) {
   return j;
 }
 
-std::string read_case_file(const std::string& path, CaseSpec* out) {
+std::string read_case_file(const std::string& path, CaseSpec* out, CaseFileSut* sut) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "cannot open '" + path + "': " + std::strerror(errno);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -363,8 +363,23 @@ std::string read_case_file(const std::string& path, CaseSpec* out) {
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) what = "the file is empty";
     return path + ": malformed JSON: " + what;
   }
+  CaseFileSut named;
+  if (j.is_object() && j.contains("sut")) {
+    try {
+      const Json& u = j["sut"];
+      if (!u.is_object()) fail("sut", "expected an object {name, version}, got " + type_of(u));
+      check_keys(u, "sut", {"name", "version"});
+      if (!u.contains("name")) fail("sut.name", "missing");
+      named.name = get_string(u["name"], "sut.name");
+      if (u.contains("version")) named.version = get_string(u["version"], "sut.version");
+    } catch (const ParseError& e) {
+      return path + ": " + e.what;
+    }
+    j.erase("sut");
+  }
   std::string err = case_from_json(j, out);
   if (!err.empty()) return path + ": " + err;
+  if (sut) *sut = named;
   return "";
 }
 

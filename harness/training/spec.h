@@ -135,8 +135,17 @@ std::string validate(const CaseSpec& spec);
 // fields, unknown names, then validate()).
 std::string case_from_json(const Json& j, CaseSpec* out);
 Json case_to_json(const CaseSpec& spec);
+// The system under test a case file names (its top-level "sut" {name, version}: which system
+// found it). A property of the file, not of the case: case_from_json does not read it and
+// case_to_json does not write it, so workers never see it.
+struct CaseFileSut {
+  std::string name;     // "" when the file names none
+  std::string version;  // "" when it names none
+};
+
 // Reads and validates a case file; returns "" or one line: "cannot open 'x.json': No such file
-// or directory", "x.json: malformed JSON at byte 17: ...", "x.json: layers[0].kind: ...".
-std::string read_case_file(const std::string& path, CaseSpec* out);
+// or directory", "x.json: malformed JSON at byte 17: ...", "x.json: layers[0].kind: ...",
+// "x.json: sut.name: expected a string, got an integer". Fills *sut (when given) from "sut".
+std::string read_case_file(const std::string& path, CaseSpec* out, CaseFileSut* sut = nullptr);
 
 }  // namespace recap::training

@@ -76,6 +76,13 @@ fuzz_naive_finds_and_replays)
   echo "shrunk: $layers"
   case "$layers" in "1 full"*) ;; *) fail "not shrunk to one checkpointed layer: $layers" ;; esac
   "$recap" replay --backend sim "$file" || fail "replay does not reproduce $file"
+  # The file and the report name the system under test that found it.
+  python3 - "$file" r.json <<'PY' || fail "the system under test is not recorded"
+import json, sys
+f, r = (json.load(open(p)) for p in sys.argv[1:])
+assert f["sut"] == {"name": "recap", "version": "0.1.0"}, f.get("sut")
+assert r["context"]["sut"] == {"name": "recap", "version": "0.1.0", "device": "sim"}, r["context"].get("sut")
+PY
   # Same campaign again: the same file name (content-derived).
   "$recap" fuzz --backend sim --policy naive --seed 3 --cases 50 --corpus-dir found2 > /dev/null
   [ -f "found2/$(basename "$file")" ] || fail "file name not stable across runs"
@@ -161,12 +168,110 @@ fuzz_sut_worker_crash_is_a_case)
     [ "$rc" -eq 1 ] || { cat out.txt; fail "$fault: exit $rc, expected 1"; }
     grep -q "crashed 1" out.txt || { cat out.txt; fail "$fault: no crashed case"; }
     case $fault in
-      abort) grep -q "the worker died of signal 6" out.txt || { cat out.txt; fail "abort: the reason does not name the signal"; } ;;
+      abort) grep -q "the worker died of signal 6" out.txt || { cat out.txt; fail "abort: the reason does not name the signal"; }
+             # the worker's stderr tail: the line its fault wrote before aborting
+             grep -q "(the worker died of signal 6); stderr: recap worker: RECAP_FAULT_WORKER abort@4: aborting in run 4" fabort.json ||
+               fail "abort: the report's reason lacks the worker's stderr" ;;
       garbage) grep -q "a header that is not JSON: 'garbage instead of an observation'" out.txt || { cat out.txt; fail "garbage: reason"; } ;;
     esac
     [ -s f$fault.json ] || fail "$fault: no report"
   done
   echo "both faults: crashed, one line, report written"
+  ;;
+fuzz_sut_worker_timeout)
+  # A worker that never answers (hang@4: its 4th run, case 4's own, as only capture_clean is
+  # checked: one run a case) is killed after --case-timeout 2: case 4 is `crashed` with the
+  # timeout's reason and the worker's stderr tail, cases 1-3 keep the verdicts of the campaign
+  # without the fault, and the campaign completes (exit 1, report written).
+  args="--backend sim --sut recap-worker --property capture_clean --policy graph-safe --seed 1 --cases 30"
+  "$recap" fuzz $args --corpus-dir clean --report clean.json > /dev/null || fail "without the fault: exit $?"
+  start=$(date +%s)
+  RECAP_FAULT_WORKER=hang@4:$PWD/fired-hang "$recap" fuzz $args --case-timeout 2 --corpus-dir hung --report hung.json > out.txt
+  rc=$?; took=$(( $(date +%s) - start )); cat out.txt
+  [ "$rc" -eq 1 ] || fail "exit $rc, expected 1"
+  [ "$took" -lt 60 ] || fail "took $took s"
+  python3 - hung.json clean.json <<'PY' || fail "the hung case or the others"
+import json, sys
+hung, clean = (json.load(open(p))["cases"] for p in sys.argv[1:])
+for c in hung + clean:
+    c.pop("timings", None)
+assert len(hung) == 4, len(hung)
+reason = hung[3]["checks"][0]["reason"]
+assert hung[3]["disposition"] == "crashed", hung[3]["disposition"]
+assert reason == ("the run threw: recap-worker worker: no reply within --case-timeout 2 s (killed); "
+                  "stderr: recap worker: RECAP_FAULT_WORKER hang@4: not answering run 4"), reason
+assert hung[:3] == clean[:3], "cases 1-3 differ from the campaign without the fault"
+assert hung[3]["spec"] == clean[3]["spec"] and clean[3]["disposition"] == "passed"
+print("case 4 crashed:", reason)
+PY
+  ;;
+sut_worker_env)
+  # --worker-env sets a variable in the worker's environment: RECAP_FAULT_WORKER, read by `recap
+  # worker`, makes its first run abort (the case crashes, exit 1) ...
+  "$recap" replay --backend sim --sut recap-worker --worker-env RECAP_FAULT_WORKER=abort@1 "$src/corpus/graph-safe-eager.json" > out.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || fail "exit $rc, expected 1"
+  grep -q "recap-worker worker: the worker closed its output (the worker died of signal 6)" out.txt || fail "the worker did not get the variable"
+  # ... and not in recap's: RECAP_FAULT_ABORT, read by recap's own campaign processes (--jobs), set
+  # for the workers only, aborts no shard.
+  "$recap" fuzz --backend sim --sut recap-worker --worker-env RECAP_FAULT_ABORT=1:3 --policy graph-safe --seed 5 --cases 200 \
+    --jobs 2 --corpus-dir f --report j.json > out2.txt || { cat out2.txt; fail "the variable reached recap's own processes"; }
+  grep -q "recap fuzz: 200 cases" out2.txt || fail "200 cases expected"
+  ;;
+replay_uses_the_files_sut)
+  # A case file's "sut" is what replay runs it on: recap-worker here (RECAP_FAULT_WORKER, read by
+  # `recap worker` alone, crashes its first run); --sut recap overrides it (in process, the fault
+  # is not read and the case passes).
+  python3 - "$src/corpus/graph-safe-eager.json" <<'PY' || fail "cannot write the case"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["sut"] = {"name": "recap-worker", "version": "0.1.0"}
+json.dump(c, open("worker-case.json", "w"), indent=2)
+PY
+  RECAP_FAULT_WORKER=abort@1 "$recap" replay --backend sim worker-case.json --report w.json > out.txt; rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || fail "the file's sut: exit $rc, expected 1"
+  grep -q "recap-worker worker: the worker closed its output (the worker died of signal 6)" out.txt || fail "not run by recap-worker"
+  RECAP_FAULT_WORKER=abort@1 "$recap" replay --backend sim --sut recap worker-case.json --report r.json > out2.txt ||
+    { cat out2.txt; fail "--sut recap: exit $?"; }
+  python3 - w.json r.json <<'PY' || fail "the report's context"
+import json, sys
+w, r = (json.load(open(p))["context"]["sut"] for p in sys.argv[1:])
+assert w["name"] == "recap-worker" and r["name"] == "recap", (w, r)
+PY
+  validate_report w.json
+  ;;
+run_case_timeout)
+  # recap run's one case, past --case-timeout: the process stops, exit 1, one line on stderr.
+  "$recap" run --backend sim --case-timeout 0.001 "$src/corpus/graph-safe-eager.json" > out.txt 2> err.txt; rc=$?
+  cat err.txt
+  [ "$rc" -eq 1 ] || fail "exit $rc, expected 1"
+  [ "$(wc -l < err.txt)" -eq 1 ] || fail "one line on stderr expected"
+  grep -q "^recap run: .*graph-safe-eager.json: no result within --case-timeout 0.001 s (stopped)$" err.txt || fail "the line"
+  "$recap" run --backend sim --case-timeout 120 "$src/corpus/graph-safe-eager.json" > out2.txt || fail "within its timeout: exit $?"
+  grep -q "^result: passed" out2.txt || fail "no result within the timeout"
+  ;;
+sut_torch_fuzz_draws_supported)
+  # A campaign against torch on the CPU draws only what torch's hello lists (eager, the naive
+  # policy, the graph-safe generator, torch's device-state model; non-reentrant checkpoints as
+  # well as reentrant ones): no case is skipped, every case ran. Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  "$py" -c 'import torch' 2>/dev/null || { echo "no torch for $py: skipped"; exit 77; }
+  version=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+  "$recap" fuzz --sut torch --backend sim --cases 20 --seed 1 --corpus-dir found --report t.json > out.txt 2> err.txt
+  rc=$?; head -3 out.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "exit $rc"; }
+  python3 - t.json "$version" <<'PY' || fail "a case torch does not run"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["context"]["sut"] == {"name": "torch", "version": sys.argv[2], "device": "cpu"}, r["context"]["sut"]
+cases = r["cases"]
+assert len(cases) == 20 and all(c["disposition"] == "passed" for c in cases), [c["disposition"] for c in cases]
+specs = [c["spec"] for c in cases]
+assert all(s["executor"] == "eager" and s["policy"] == "naive" and s["generator"] == "graph-safe" for s in specs)
+styles = {s["checkpoint_style"] for s in specs}
+assert styles == {"reentrant", "non-reentrant"}, styles
+print("20 cases passed on torch", sys.argv[2], "styles", sorted(styles))
+PY
   ;;
 sut_torch_eager)
   # PyTorch through its driver (drivers/recap_drivers), eagerly on the CPU: recap sends the case's
