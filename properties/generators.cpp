@@ -113,7 +113,7 @@ void fit(T& value, const std::vector<A>& allowed) {
 
 // A value the case's executor does not run (torch's per-layer graphs warm up with grad-of-inputs
 // only, and with a shared pool follow the default microbatch order only) becomes the first value it
-// runs; then anything the rules above set (a generator, a warmup backward) that the system does not
+// runs, an interleaved order the default one where only that runs; then anything the rules above set (a generator, a warmup backward) that the system does not
 // run at all becomes the first it runs. For recap (no restriction, every value) nothing changes.
 void fit_to_sut(CaseSpec& s, const sut::Capabilities& caps) {
   auto r = caps.per_executor.find(s.executor);
@@ -127,10 +127,12 @@ void fit_to_sut(CaseSpec& s, const sut::Capabilities& caps) {
     bool shared = s.shared_pool;
     fit(shared, d.shared_pool);
     s.shared_pool = shared;
+    if (!d.microbatch_order.empty() && !has(d.microbatch_order, std::string("interleaved"))) s.order.clear();
     if (!d.shared_pool_orders.empty() && !has(d.shared_pool_orders, std::string("interleaved")) && s.shared_pool)
       s.order.clear();
   }
   const sut::Dims& a = caps.all;
+  if (!has(a.microbatch_order, std::string("interleaved"))) s.order.clear();  // megatron: the default order only
   fit(s.generator, a.generator);
   fit(s.device_state, a.device_state);
   fit(s.warmup_backward, a.warmup_backward);

@@ -115,6 +115,7 @@ void read_dims(const Json& j, const std::string& where, bool per_executor, Dims*
   if (j.contains("warmup_backward"))
     d->warmup_backward = read_enum(j["warmup_backward"], at("warmup_backward"), training::kWarmupBackwardNames);
   if (j.contains("shared_pool")) d->shared_pool = read_bools(j["shared_pool"], at("shared_pool"));
+  if (j.contains("microbatch_order")) d->microbatch_order = read_orders(j["microbatch_order"], at("microbatch_order"));
   if (j.contains("shared_pool_orders")) d->shared_pool_orders = read_orders(j["shared_pool_orders"], at("shared_pool_orders"));
 }
 
@@ -133,6 +134,7 @@ Capabilities every_value() {
   d.device_state = all_of(runtime::kDeviceStateModelNames);
   d.warmup_backward = all_of(training::kWarmupBackwardNames);
   d.shared_pool = {true, false};
+  d.microbatch_order = {"default", "interleaved"};
   d.shared_pool_orders = {"default", "interleaved"};
   return c;
 }

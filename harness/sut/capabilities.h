@@ -31,8 +31,9 @@ struct Dims {
   std::vector<runtime::DeviceStateModel> device_state;
   std::vector<training::WarmupBackward> warmup_backward;
   std::vector<bool> shared_pool;  // true before false
-  // With a shared pool and more than one microbatch, the microbatch orders that run: "default"
-  // ([1, -1] per microbatch) and "interleaved" (any other valid order).
+  // The microbatch orders that run: "default" ([1, -1] per microbatch) and "interleaved" (any
+  // other valid order); shared_pool_orders: the same, with a shared pool.
+  std::vector<std::string> microbatch_order;
   std::vector<std::string> shared_pool_orders;
 };
 

@@ -135,8 +135,9 @@ std::string unsupported(const training::CaseSpec& s, const sut::Capabilities& ca
     if (!listed(d->device_state, s.device_state)) return "device_state " + runtime::device_state_model_name(s.device_state);
     if (!listed(d->warmup_backward, s.warmup_backward)) return "warmup_backward " + training::warmup_backward_name(s.warmup_backward);
     if (!listed(d->shared_pool, s.shared_pool)) return std::string("shared_pool ") + (s.shared_pool ? "true" : "false");
-    if (s.shared_pool && !s.order.empty() && s.order != training::CaseSpec{.microbatches = s.microbatches}.effective_order() &&
-        !listed(d->shared_pool_orders, std::string("interleaved")))
+    const bool interleaved = !s.order.empty() && s.order != training::CaseSpec{.microbatches = s.microbatches}.effective_order();
+    if (interleaved && !listed(d->microbatch_order, std::string("interleaved"))) return "an interleaved order";
+    if (interleaved && s.shared_pool && !listed(d->shared_pool_orders, std::string("interleaved")))
       return "an interleaved order with a shared pool";
   }
   return "";
@@ -175,6 +176,32 @@ TEST(Generators, DrawOnlyWhatTheSystemUnderTestRuns) {
       EXPECT_EQ(seen["executor=eager"], 1000);
     }
   }
+}
+
+// megatron's hello (drivers/recap_drivers/megatron_sut.py, capabilities()): one policy, reentrant
+// checkpoints, a shared pool and the default microbatch order only, per-layer graphs with the
+// graph-safe generator and a grad-of-inputs warmup.
+TEST(Generators, DrawOnlyWhatMegatronRuns) {
+  GenConfig g;
+  std::string err = sut::capabilities_from_json(Json::parse(R"({"kinds":["linear","block"],"dtype":["fp32","bf16"],
+    "executor":["eager","per-layer","full-iteration"],"checkpoint":["none","full","selective"],
+    "checkpoint_style":["reentrant"],"policy":["skip"],"generator":["host","graph-safe"],"device_state":["shared"],
+    "warmup_backward":["backward","grad-of-inputs"],"shared_pool":[true],"microbatch_order":["default"],"graphs":true,
+    "per_layer":{"warmup_backward":["grad-of-inputs"],"generator":["graph-safe"]}})"), &g.caps);
+  ASSERT_EQ(err, "");
+  auto gen = gen_case(g);
+  std::map<std::string, int> seen;
+  for (int i = 0; i < 1000; ++i) {
+    auto spec = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 5), rc::kNominalSize).value();
+    ASSERT_EQ(training::validate(spec), "") << i;
+    ASSERT_EQ(unsupported(spec, g.caps), "") << "draw " << i << ": " << training::case_to_json(spec).dump();
+    for (const auto& l : classify(spec)) seen[l]++;
+  }
+  EXPECT_EQ(seen["interleaved order"], 0);
+  EXPECT_EQ(seen["separate pools"], 0);
+  EXPECT_EQ(seen["policy=skip"], 1000);
+  EXPECT_GT(seen["generator=host"], 0);  // outside per-layer graphs
+  EXPECT_GT(seen["microbatches=4"], 0);
 }
 
 // Shrinking moves toward the simplest value the system runs: the first of each table it runs.

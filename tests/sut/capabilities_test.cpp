@@ -47,6 +47,9 @@ TEST(Capabilities, TorchsHelloIsReadInRecapsOrder) {
   EXPECT_EQ(p.warmup_backward, (std::vector<WarmupBackward>{WarmupBackward::GradOfInputs}));
   EXPECT_EQ(p.shared_pool_orders, (std::vector<std::string>{"default"}));
   EXPECT_TRUE(p.dtype.empty());  // not restricted
+  EXPECT_EQ(c.all.microbatch_order, (std::vector<std::string>{"default", "interleaved"}));  // not listed: both
+  ASSERT_EQ(capabilities_from_json(Json::parse(R"({"microbatch_order":["default"]})"), &c), "");
+  EXPECT_EQ(c.all.microbatch_order, (std::vector<std::string>{"default"}));
 }
 
 TEST(Capabilities, TheGeneralPerExecutorFormAndDefaults) {
