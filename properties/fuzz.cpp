@@ -163,7 +163,10 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
     auto prop = [&]() {
       CaseSpec spec = *gen_case(opts.gen);
       if (!shrinking && out_of_time()) return;  // budget spent: finish the chunk without running
-      if (shrinking) ++evaluations_in_shrink;
+      if (shrinking) {
+        if (opts.shrink_limit > 0 && evaluations_in_shrink >= opts.shrink_limit) return;  // counts as passing
+        ++evaluations_in_shrink;
+      }
       CaseReport rep = evaluate(spec, opts.oracle);
       bool fails = failing(rep.disposition);
       if (!shrinking) {

@@ -24,6 +24,10 @@ struct FuzzOptions {
   // Stop starting chunks once this many counterexamples are found (0: no limit). Chunks are
   // RapidCheck runs of up to 100 cases; a failing chunk ends at its first failure and shrinks it.
   int max_failures = 1;
+  // Evaluations a shrink may spend (0: no limit). Past it every candidate counts as passing, so
+  // the shrunk case is the smallest failing one found so far: deterministic, unlike a time limit.
+  // A framework SUT runs a case in seconds, where an unbounded shrink takes an hour.
+  int shrink_limit = 0;
 };
 
 struct Counterexample {

@@ -285,6 +285,13 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     s.param_seed = static_cast<uint64_t>(d.param_seed);
     s.data_seed = static_cast<uint64_t>(d.data_seed);
     s.rng_seed = static_cast<uint64_t>(d.rng_seed);
+    for (size_t i = 0; i < s.layers.size(); ++i) {
+      if (config.no_checkpoint) {
+        s.layers[i].checkpoint = CheckpointGranularity::None;
+        s.layers[i].modules.clear();
+      }
+      if (config.no_dropout) s.model.layers[i].dropout = 0.0f;
+    }
     fit_to_sut(s, caps);
     return s;
   });

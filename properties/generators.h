@@ -30,6 +30,10 @@ struct GenConfig {
   // default recap's own, for which the draws are exactly those recap has always made (the
   // restriction is the identity: Generators.RecapDistributionIsPinned).
   sut::Capabilities caps = sut::recap_capabilities();
+  // Campaigns that judge graphs alone (the no-false-alarm campaigns): every layer unchecked
+  // (checkpoint none) and without dropout. Off: the draws are unchanged.
+  bool no_checkpoint = false;
+  bool no_dropout = false;
 };
 
 // A valid case covering the whole configuration space of the system under test. Throws

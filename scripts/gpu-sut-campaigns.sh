@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Campaigns against the real frameworks on the GPU machine: torch, megatron@0.15.3, megatron@0.19.2.
-# Brings its own megatron-core wheels (downloaded here, carried there in .whl/, see README) and
-# installs each into a folder of its own, so one process sees one version. Writes under $OUT:
-# per SUT its report (recap.report/1), its console log and the corpus files of its findings.
-#   scripts/gpu-sut-campaigns.sh [CASES] [JOBS]           # there, from the tree's root
-# Environment: RECAP_BIN (default .device/slim/harness/cli/recap), SUTS (default: all three),
-# SEED (default 1), OUT (default gpu-logs).
+# Campaigns against the real frameworks on the GPU machine: torch, torch without checkpoints and
+# dropout (no false alarm), megatron@0.15.3, megatron@0.19.2. Brings its own megatron-core wheels
+# (downloaded here into .whl/, carried there, see README) and installs each version into a folder
+# of its own, so one worker sees one version. Writes under $OUT: per campaign its report
+# (recap.report/1), its console log, the corpus files of its findings, and the replay of those
+# files on the same SUT (the same verdict is expected).
+#   scripts/gpu-sut-campaigns.sh [CASES] [JOBS]            # there, from the tree's root
+# Environment: RECAP_BIN (default .device/slim/harness/cli/recap), CAMPAIGNS (names, default all),
+# SEED (default 1), BUDGET_<name> (seconds after which no new case starts), LIMIT_<name> (a hard
+# limit), SHRINK_LIMIT (evaluations a shrink may spend), OUT (default gpu-logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cases="${1:-500}"
@@ -13,40 +16,57 @@ jobs="${2:-8}"
 seed="${SEED:-1}"
 out="${OUT:-gpu-logs}"
 bin="${RECAP_BIN:-.device/slim/harness/cli/recap}"
-suts="${SUTS:-torch megatron@0.15.3 megatron@0.19.2}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# the logs show progress every 10 s and every worker's stderr (slow start-ups, hangs)
+export RECAP_PROGRESS_LINES=1 RECAP_WORKER_STDERR=1
 drivers="$PWD/drivers"
 
 site_of() {  # the folder megatron-core VERSION is installed in (installed once)
   local v="$1" dir="/tmp/recap-site-$1"
   if [ ! -d "$dir/megatron" ]; then
     local extra=""
-    python3 -c "import numpy" 2>/dev/null || extra=".whl/numpy-*.whl"
+    python3 -c "import numpy" 2>/dev/null || extra=$(ls .whl/numpy-*.whl)
     pip install --no-deps --target "$dir" .whl/megatron_core-"$v"-*.whl $extra -q >"$out/pip-$v.log" 2>&1 \
       || { echo "cannot install megatron-core $v (see $out/pip-$v.log)" >&2; return 1; }
   fi
   echo "$dir"
 }
 
+# name | --sut | extra fuzz flags
+table="torch|torch|
+torch-no-ckpt-no-dropout|torch|--no-checkpoint --no-dropout
+megatron-0.15.3|megatron@0.15.3|
+megatron-0.19.2|megatron@0.19.2|"
+want="${CAMPAIGNS:-torch torch-no-ckpt-no-dropout megatron-0.15.3 megatron-0.19.2}"
+
 status=0
-for sut in $suts; do
-  name="${sut//@/-}"
-  env_args=(--worker-env "PYTHONPATH=$drivers")
-  case "$sut" in
-    megatron@*)
-      site=$(site_of "${sut#megatron@}") || { status=1; continue; }
-      env_args=(--worker-env "PYTHONPATH=$site:$drivers")
-      ;;
-  esac
+while IFS='|' read -r name sut extra; do
+  [[ " $want " == *" $name "* ]] || continue
+  pypath="$drivers"
+  if [[ "$sut" == megatron@* ]]; then
+    site=$(site_of "${sut#megatron@}") || { status=1; continue; }
+    pypath="$site:$drivers"
+  fi
+  budget_var="BUDGET_${name//[.-]/_}"
+  budget="${!budget_var:-0}"
+  limit_var="LIMIT_${name//[.-]/_}"  # a hard wall-clock limit of the campaign (0: none)
+  limit="${!limit_var:-0}"
   start=$(date +%s.%N)
-  "$bin" fuzz --sut "$sut" --backend cuda --cases "$cases" --jobs "$jobs" --seed "$seed" \
-    --require-memory-savings --case-timeout 300 "${env_args[@]}" \
+  # shellcheck disable=SC2086
+  timeout "$limit" "$bin" fuzz --sut "$sut" --backend cuda --cases "$cases" --jobs "$jobs" --seed "$seed" \
+    --time-budget "$budget" --shrink-limit "${SHRINK_LIMIT:-0}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
     --corpus-dir "$out/corpus-$name" --report "$out/$name.json" >"$out/$name.log" 2>&1
   rc=$?
   end=$(date +%s.%N)
-  echo "$sut: exit $rc, $(python3 -c "print(f'{$end - $start:.1f}')") s wall" | tee -a "$out/summary.txt"
-  tail -n 4 "$out/$name.log" | tee -a "$out/summary.txt"
+  echo "== $name (--sut $sut $extra): exit $rc, $(python3 -c "print(f'{$end - $start:.1f}')") s wall" | tee -a "$out/summary.txt"
+  tail -n 6 "$out/$name.log" | tee -a "$out/summary.txt"
   [ $rc -le 1 ] || status=1
-done
+  # every finding replays on the same SUT with the same verdict (the file records its sut)
+  if ls "$out/corpus-$name"/*.json >/dev/null 2>&1; then
+    "$bin" replay "$out/corpus-$name"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
+      --worker-env "PYTHONPATH=$pypath" --report "$out/$name-replay.json" >"$out/$name-replay.log" 2>&1
+    echo "   replay of its corpus files: exit $?; $(tail -n 1 "$out/$name-replay.log")" | tee -a "$out/summary.txt"
+  fi
+done <<<"$table"
 exit $status

@@ -75,6 +75,8 @@ struct FuzzFlags {
   std::string shard;
   std::string report, corpus_dir = "corpus/found", junit, worker_out;
   bool require_memory_savings = false;
+  bool no_checkpoint = false, no_dropout = false;  // generator restrictions
+  int shrink_limit = 0;
   std::vector<std::string> properties;  // --property; empty: all
   SutFlags sut;
 };

@@ -7,6 +7,7 @@
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
+#include "harness/cli/progress.h"
 
 namespace recap::cli {
 
@@ -32,6 +33,11 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   cmd->add_flag("--require-memory-savings", f->require_memory_savings,
                 "Recompute that saves no activation memory inside graphs (the skip policy) is a failure, not a finding");
   cmd->add_option("--junit", f->junit, "Write JUnit XML here (one test case per property)");
+  cmd->add_flag("--no-checkpoint", f->no_checkpoint, "Draw every layer unchecked (campaigns that judge graphs alone)");
+  cmd->add_flag("--no-dropout", f->no_dropout, "Draw every layer without dropout");
+  cmd->add_option("--shrink-limit", f->shrink_limit,
+                  "Evaluations one shrink may spend (0: no limit); the smallest failing case found by then is kept")
+      ->check(CLI::Range(0, 100000000));
   cmd->add_option("--worker-out", f->worker_out, "internal: run as a worker, write the result here")->group("");
 }
 
@@ -68,6 +74,9 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
     o.fuzz.gen.policy = p;
   }
   o.fuzz.oracle.require_memory_savings = f.require_memory_savings;
+  o.fuzz.gen.no_checkpoint = f.no_checkpoint;
+  o.fuzz.gen.no_dropout = f.no_dropout;
+  o.fuzz.shrink_limit = f.shrink_limit;
   o.fuzz.oracle.properties = f.properties;
   o.sut = f.sut;
   // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent
@@ -86,7 +95,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.jobs = f.jobs;
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;
-  o.progress = f.worker_out.empty() && isatty(STDERR_FILENO);
+  o.progress = f.worker_out.empty() && (isatty(STDERR_FILENO) || progress_as_lines());
   return o;
 }
 

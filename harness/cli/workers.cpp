@@ -83,6 +83,12 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back(o.policy);
     }
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
+    if (o.fuzz.gen.no_checkpoint) args.push_back("--no-checkpoint");
+    if (o.fuzz.gen.no_dropout) args.push_back("--no-dropout");
+    if (o.fuzz.shrink_limit > 0) {
+      args.push_back("--shrink-limit");
+      args.push_back(std::to_string(o.fuzz.shrink_limit));
+    }
     if (o.sut.sut != "recap") {
       args.push_back("--sut");
       args.push_back(o.sut.sut);

@@ -171,5 +171,26 @@ TEST(Fuzz, TimeBudgetStopsTheCampaign) {
   EXPECT_LT(st.seconds, 10.0);
 }
 
+// --shrink-limit: the shrink stops spending evaluations at the limit and keeps the smallest failing
+// case found by then, which still fails the same way; without the limit the same campaign shrinks
+// further (non-vacuity), and the limit is deterministic (same seed, same case).
+TEST(Fuzz, ShrinkLimitBoundsTheShrink) {
+  FuzzOptions o;
+  o.seed = 1;
+  o.cases = 50;
+  o.gen.policy = training::CheckpointPolicy::Naive;
+  FuzzStats full = fuzz(o);
+  ASSERT_EQ(full.failures.size(), 1u);
+  o.shrink_limit = 2;
+  FuzzStats a = fuzz(o), b = fuzz(o);
+  ASSERT_EQ(a.failures.size(), 1u);
+  EXPECT_LE(a.failures[0].shrinks, 2);
+  EXPECT_GT(full.failures[0].shrinks, a.failures[0].shrinks);
+  EXPECT_EQ(training::case_to_json(a.failures[0].spec).dump(), training::case_to_json(b.failures[0].spec).dump());
+  EXPECT_EQ(a.failures[0].report.first_failure().empty(), false);
+  CaseReport again = evaluate(a.failures[0].spec, {});
+  EXPECT_EQ(again.first_failure(), a.failures[0].report.first_failure());
+}
+
 }  // namespace
 }  // namespace recap::properties

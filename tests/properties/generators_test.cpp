@@ -276,5 +276,26 @@ TEST(Generators, RecapDistributionIsPinned) {
   }
 }
 
+// --no-checkpoint / --no-dropout: nothing checkpointed, nothing dropped, over many draws, while
+// the rest still varies (graphed executors are still drawn: these campaigns judge graphs alone).
+TEST(Generators, NoCheckpointNoDropoutRestrictEveryLayer) {
+  GenConfig c;
+  c.no_checkpoint = true;
+  c.no_dropout = true;
+  auto g = gen_case(c);
+  int graphed = 0;
+  for (int i = 0; i < 500; ++i) {
+    auto spec = g(rc::Random(static_cast<uint64_t>(i) * 7919 + 11), rc::kNominalSize).value();
+    ASSERT_EQ(training::validate(spec), "") << i;
+    for (size_t l = 0; l < spec.layers.size(); ++l) {
+      EXPECT_EQ(spec.layers[l].checkpoint, training::CheckpointGranularity::None) << i;
+      EXPECT_TRUE(spec.layers[l].modules.empty()) << i;
+      EXPECT_EQ(spec.model.layers[l].dropout, 0.0f) << i;
+    }
+    if (spec.executor != training::ExecutorKind::Eager) ++graphed;
+  }
+  EXPECT_GT(graphed, 200);  // non-vacuous: the restriction leaves the executors alone
+}
+
 }  // namespace
 }  // namespace recap::properties
