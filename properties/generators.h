@@ -13,7 +13,9 @@
 namespace recap::properties {
 
 struct GenConfig {
-  device::Backend backend = device::Backend::Sim;  // sim: hidden 8-64, tokens 4-64; cuda: larger
+  // The tensor sizes drawn are those of this backend's campaigns: sim hidden 8-64, tokens 4-64;
+  // cuda larger (recap fuzz --dims chooses)
+  device::Backend backend = device::Backend::Sim;
   std::optional<training::CheckpointPolicy> policy;  // fixed, or drawn when absent
   // Keep the knobs that are broken whatever the policy in their sound setting, so that a campaign
   // judges the policy alone: graphed cases use the graph-safe generator (a host generator bakes

@@ -38,6 +38,12 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   cmd->add_option("--shrink-limit", f->shrink_limit,
                   "Evaluations one shrink may spend (0: no limit); the smallest failing case found by then is kept")
       ->check(CLI::Range(0, 100000000));
+  cmd->add_option("--dims", f->dims,
+                  "Tensor sizes drawn: small (hidden 8-64, tokens 4-64), large (hidden 64-1024, tokens 64-512) or "
+                  "auto (large for recap's runtime on cuda, small otherwise: a framework runs each case and its "
+                  "twins in its own process, and small cases reach the same mechanisms)")
+      ->check(CLI::IsMember({"small", "large", "auto"}))
+      ->capture_default_str();
   cmd->add_option("--worker-out", f->worker_out, "internal: run as a worker, write the result here")->group("");
 }
 
@@ -86,6 +92,11 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.sut_kind = s.kind;
   o.sut_info = s.info;
   o.fuzz.gen.caps = s.caps;
+  {
+    const bool recap_runtime = s.kind == "recap" || s.kind == "recap-worker";
+    const bool large = f.dims == "large" || (f.dims == "auto" && recap_runtime && o.backend == "cuda");
+    o.fuzz.gen.backend = large ? device::Backend::Cuda : device::Backend::Sim;  // the dims of that backend
+  }
   if (!f.policy.empty() && std::find(s.caps.all.policy.begin(), s.caps.all.policy.end(), *o.fuzz.gen.policy) == s.caps.all.policy.end()) {
     std::string runs;
     for (auto p : s.caps.all.policy) runs += (runs.empty() ? "" : ", ") + training::policy_name(p);

@@ -85,6 +85,8 @@ CampaignResult run_workers(const CampaignOptions& o) {
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
     if (o.fuzz.gen.no_checkpoint) args.push_back("--no-checkpoint");
     if (o.fuzz.gen.no_dropout) args.push_back("--no-dropout");
+    args.push_back("--dims");
+    args.push_back(o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small");
     if (o.fuzz.shrink_limit > 0) {
       args.push_back("--shrink-limit");
       args.push_back(std::to_string(o.fuzz.shrink_limit));

@@ -136,6 +136,31 @@ print("only eager_vs_graphed:", judged, "of", len(r["cases"]), "cases compared")
 PY
   done
   ;;
+fuzz_dims_and_restrictions)
+  # --dims large draws the cuda sizes on sim too; --no-checkpoint --no-dropout leave no layer
+  # checkpointed or dropping; both hold through --jobs 2 workers (the flags are passed on).
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  for jobs in 1 2; do
+    # capture_clean alone: large cases on sim are slow to judge against the fp64 reference
+    "$recap" fuzz --backend sim --policy graph-safe --cases 4 --seed 3 --jobs $jobs --dims large --no-checkpoint \
+      --no-dropout --property capture_clean --corpus-dir found --report d$jobs.json > out.txt \
+      || fail "--dims large --jobs $jobs: exit $?"
+    "$py" - d$jobs.json <<'PY' || fail "dims or restrictions not applied (--jobs $jobs)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+cases = [c["spec"] for c in r["cases"]]
+assert len(cases) == 4, len(cases)
+assert all(c["hidden"] >= 64 for c in cases), [c["hidden"] for c in cases]
+assert max(c["hidden"] for c in cases) >= 128, [c["hidden"] for c in cases]
+layers = [l for c in cases for l in c["layers"]]
+assert all(l.get("checkpoint", "none") == "none" and l.get("dropout", 0) == 0 for l in layers), layers
+print("large dims, nothing checkpointed or dropped:", len(cases), "cases,", len(layers), "layers")
+PY
+  done
+  "$recap" fuzz --backend sim --cases 1 --dims huge > out.txt 2>&1
+  [ $? -eq 2 ] || fail "--dims huge: expected exit 2"
+  grep -q -- "--dims" out.txt || fail "--dims huge: the error does not name the flag"
+  ;;
 fuzz_sut_worker_same_report)
   # recap's runtime through `recap worker` processes (the worker protocol) gives the report the
   # in-process runtime gives: a graph-safe campaign, a drawn-policy one with its shrunk
