@@ -123,6 +123,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
         w.argv.push_back(c.version);
       }
       w.send_frames = true;
+      w.determinism_check = true;  // a framework's kernels: deterministic algorithms are asked for, and checked
     }
     w.env = sut::environment_with(set);
     auto worker = std::make_shared<sut::WorkerSut>(w);

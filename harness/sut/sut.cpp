@@ -309,6 +309,11 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
   Message req;
   const int64_t id = next_id_++;
   req.header = {{"op", "run"}, {"id", id}, {"case", training::case_to_json(spec)}};
+  if (config_.determinism_check) {
+    training::CaseSpec eager = spec;
+    eager.executor = training::ExecutorKind::Eager;
+    if (checked_eager_.insert(training::case_to_json(eager).dump()).second) req.header["determinism_check"] = true;
+  }
   if (config_.send_frames) req.frames = case_frames(spec);
   Message obs;
   begin_request();

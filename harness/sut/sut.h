@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <sys/types.h>
+#include <unordered_set>
 #include <vector>
 
 #include "harness/base/json.h"
@@ -51,6 +52,11 @@ struct WorkerConfig {
   bool recap_runtime = false;
   double case_timeout_s = 0;       // a request unanswered this long kills the worker; 0: no limit
   bool echo_stderr = false;        // copy the worker's stderr to recap's after each request
+  // Ask the worker to run a case's eager form twice before the case (drivers/PROTOCOL.md,
+  // "determinism_check"): bitwise contracts mean nothing on nondeterministic kernels, and such a
+  // case comes back skipped with the first tensor that differed. Once per eager form: a graphed
+  // case and its eager twin are checked once.
+  bool determinism_check = false;
 };
 
 // recap's environment with `set` (KEY=VALUE each) replacing or adding variables: what a worker
@@ -87,6 +93,7 @@ class WorkerSut : public Sut {
   int stderr_fd_ = -1;       // an unlinked temporary file, the worker's fd 2
   off_t echoed_ = 0;         // bytes of it copied to recap's stderr
   int64_t next_id_ = 1;
+  std::unordered_set<std::string> checked_eager_;  // eager forms already run twice (determinism_check)
   std::string last_exit_;
   SutInfo info_;
 };

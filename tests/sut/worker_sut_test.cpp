@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "harness/sut/sut.h"
@@ -88,6 +90,42 @@ TEST(WorkerSut, AHelloIsKeptAndARunNotAnsweredInTimeIsACrashWithItsReason) {
     e = x.what();
   }
   EXPECT_EQ(e, "fake worker: no reply within --case-timeout 1 s (killed); stderr: stuck");
+}
+
+
+// determinism_check is asked once per eager form of a case: a graphed case and its eager twin
+// share one check; another case gets its own. The worker here logs each request and refuses it.
+TEST(WorkerSut, DeterminismIsCheckedOncePerEagerForm) {
+  const std::string log = ::testing::TempDir() + "recap_determinism_requests.txt";
+  std::remove(log.c_str());
+  WorkerConfig c = shell(
+      "while read line; do case \"$line\" in *'\"hello\"'*) echo '{\"op\":\"hello\",\"protocol\":\"recap.worker/1\","
+      "\"sut\":\"fake\",\"version\":\"1\",\"device\":\"none\",\"capabilities\":{}}';; *) echo \"$line\" >> " + log +
+      "; echo '{\"op\":\"error\",\"message\":\"refused\"}';; esac; done");
+  c.determinism_check = true;
+  WorkerSut w(c);
+  training::CaseSpec graphed;
+  graphed.model.layers.push_back({});
+  graphed.model.layers[0].kind = "linear";
+  graphed.layers.push_back({});
+  graphed.executor = training::ExecutorKind::PerLayer;
+  training::CaseSpec eager = graphed;
+  eager.executor = training::ExecutorKind::Eager;
+  training::CaseSpec other = graphed;
+  other.rng_seed = 77;
+  for (const auto* spec : {&graphed, &graphed, &eager, &other}) {
+    try {
+      w.run(*spec);
+    } catch (const std::runtime_error&) {
+    }
+  }
+  std::ifstream in(log);
+  std::vector<bool> asked;
+  for (std::string line; std::getline(in, line);) {
+    Json h = Json::parse(line);
+    asked.push_back(h.value("determinism_check", false));
+  }
+  EXPECT_EQ(asked, (std::vector<bool>{true, false, false, true}));
 }
 
 }  // namespace
