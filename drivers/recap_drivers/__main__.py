@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from .protocol import guard_stdout
-    from .worker import NotBuiltSUT, serve
+    from .worker import serve
 
     out = guard_stdout()
     inp = sys.stdin.buffer

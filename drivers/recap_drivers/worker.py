@@ -17,17 +17,6 @@ from . import PROTOCOL
 from .protocol import FrameError, TruncatedError, error_message, read_message, write_message
 
 
-class NotBuiltSUT:
-    """A reserved SUT name whose driver does not exist yet: every request gets an error."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    @property
-    def message(self) -> str:
-        return f"sut {self.name} not built yet"
-
-
 def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log=sys.stderr) -> int:
     """Serves requests until shutdown or EOF. The SUT is created lazily, on the first request
     that needs it, so a bad environment is reported as an error reply, not a silent death."""
@@ -64,11 +53,6 @@ def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log=sys.
         if op == "shutdown":
             return 0
         s = get_sut()
-        if isinstance(s, NotBuiltSUT):
-            write_message(out, error_message(s.message, rid))
-            if op == "hello":
-                return 2
-            continue
         if op == "hello":
             proto = header.get("protocol")
             if proto != PROTOCOL:
