@@ -39,7 +39,6 @@ reset between cases with delete_cuda_graphs() and by clearing the wrapper's dict
 from __future__ import annotations
 
 import ast
-import contextlib
 import gc
 import inspect
 import os
@@ -447,9 +446,6 @@ class MegatronRunner(Runner):
         self.num_tokens = torch.ones((), dtype=torch.int, device=self.dev)
         self.build_started = False
         self.rng_after_backwards = None
-        self.graph_activations = 0
-        self.capture_spans: List[Tuple[int, int]] = []
-        self.megatron_failure_where: Optional[dict] = None
         for cfg in configs:
             cfg.finalize_model_grads_func = self._after_backwards
         self.pos.set(phase="", pass_="", layer="", microbatch=-1, step=-1)

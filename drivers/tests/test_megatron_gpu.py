@@ -154,7 +154,6 @@ class MegatronGpuTest(unittest.TestCase):
 
     def test_c_survey_checkpointed(self):
         frames = random_frames(STACK, seed=5)
-        eh_ef = None
         cases = {}
         for ex in ("eager", "per-layer", "full-iteration"):
             mlp_full = copy.deepcopy(dict(STACK, executor=ex))
