@@ -301,17 +301,12 @@ def _mlp(path, top, h, ffn, p, dt, device):
     return Chain(path, top, [fc1, gelu, fc2, drop])
 
 
-class Model(nn.Module):
-    """The stack, with recap's parameter list (names, order)."""
+class RecapParamList(nn.Module):
+    """A stack's parameters in recap's order, as (recap name, parameter) pairs in `named`."""
 
-    def __init__(self, c: case_mod.Case, device, checkpoints: bool = True):
-        super().__init__()
-        self.case = c
-        self.layers = nn.ModuleList(
-            [build_layer(c, i, device, make_wrap(c, i) if checkpoints else None) for i in range(len(c.layers))])
-        self.named = []
-        for l in self.layers:
-            self.named += recap_params_of(l)
+    named: List[Tuple[str, nn.Parameter]]
+
+    def check_names(self, c: case_mod.Case):
         expected = [p.name for p in case_mod.param_infos(c)]
         got = [n for n, _ in self.named]
         if got != expected:  # the two descriptions of recap's parameters must agree
@@ -324,6 +319,20 @@ class Model(nn.Module):
     @property
     def params(self) -> List[nn.Parameter]:
         return [p for _, p in self.named]
+
+
+class Model(RecapParamList):
+    """The stack, with recap's parameter list (names, order)."""
+
+    def __init__(self, c: case_mod.Case, device, checkpoints: bool = True):
+        super().__init__()
+        self.case = c
+        self.layers = nn.ModuleList(
+            [build_layer(c, i, device, make_wrap(c, i) if checkpoints else None) for i in range(len(c.layers))])
+        self.named = []
+        for l in self.layers:
+            self.named += recap_params_of(l)
+        self.check_names(c)
 
     def layer_params(self, i: int) -> List[nn.Parameter]:
         return [p for _, p in recap_params_of(self.layers[i])]

@@ -38,12 +38,10 @@ reset between cases with delete_cuda_graphs() and by clearing the wrapper's dict
 
 from __future__ import annotations
 
-import ast
 import gc
 import inspect
 import os
 import sys
-import textwrap
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -200,7 +198,7 @@ def _qkv_rows(hidden: int, heads: int) -> torch.Tensor:
     return torch.tensor(perm, dtype=torch.long)
 
 
-class MegatronModel(nn.Module):
+class MegatronModel(layers_mod.RecapParamList):
     """The stack as the `model` forward_backward_func drives, with recap's parameter list."""
 
     def __init__(self, api: _Api, c: case_mod.Case, device, configs: List[Any], graphed_layers: List[bool]):
@@ -242,10 +240,6 @@ class MegatronModel(nn.Module):
                 for n, p in layers_mod.recap_params_of(inner):
                     self.named.append((n, p))
                     self.loaders.append(None)
-        expected = [p.name for p in case_mod.param_infos(c)]
-        got = [n for n, _ in self.named]
-        if got != expected:
-            raise AssertionError(f"parameter names {got} differ from recap's {expected}")
         # forward_backward_func's set_current_microbatch looks for model.decoder.layers
         self.decoder = _Decoder(self.graphable)
 
@@ -276,14 +270,6 @@ class MegatronModel(nn.Module):
         for suffix, p, perm in table:
             self.named.append((name + suffix, p))
             self.loaders.append(perm)
-
-    @property
-    def param_names(self) -> List[str]:
-        return [n for n, _ in self.named]
-
-    @property
-    def params(self) -> List[nn.Parameter]:
-        return [p for _, p in self.named]
 
     def layer_params(self, i: int) -> List[nn.Parameter]:
         return []
@@ -358,36 +344,6 @@ def resolve_site() -> Optional[Tuple[str, str]]:
 
 # ---- failures inside create_cudagraphs -------------------------------------------------------
 
-_GRAPH_LINES: Dict[Any, Tuple[set, set]] = {}
-
-
-def _with_graph_lines(fn) -> Tuple[set, set]:
-    """Absolute line numbers of `fn` inside a `with torch.cuda.graph(...)` block, and of statements
-    that call torch.autograd.grad."""
-    key = getattr(fn, "__code__", fn)
-    if key in _GRAPH_LINES:
-        return _GRAPH_LINES[key]
-    capture, grad = set(), set()
-    try:
-        src, start = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(src)))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.With):
-                for item in node.items:
-                    ce = item.context_expr
-                    fc = ce.func if isinstance(ce, ast.Call) else None
-                    if (getattr(fc, "attr", None) or getattr(fc, "id", None)) == "graph":
-                        capture.update(range(node.lineno + start - 1, (node.end_lineno or node.lineno) + start))
-            if isinstance(node, (ast.Assign, ast.Expr, ast.AnnAssign)):
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.Call) and getattr(sub.func, "attr", None) == "grad":
-                        grad.update(range(node.lineno + start - 1, (node.end_lineno or node.lineno) + start))
-    except Exception:
-        pass
-    _GRAPH_LINES[key] = (capture, grad)
-    return capture, grad
-
-
 def locate_in_megatron_graphs(tb) -> Optional[dict]:
     """Where a failure inside Megatron's graph creation happened: the innermost frame of
     _CudaGraphRunner.create_fwd_graph / create_bwd_graph or FullCudaGraphWrapper.__call__, whether
@@ -405,7 +361,7 @@ def locate_in_megatron_graphs(tb) -> Optional[dict]:
     frame, lineno, co = hit
     slf = frame.f_locals.get("self")
     method = getattr(type(slf), co.co_name, None)
-    capture, grad = _with_graph_lines(method) if method is not None else (set(), set())
+    capture, grad = torch_sut.graph_lines(method) if method is not None else (set(), set())
     phase = "capture" if lineno in capture else "warmup"
     if co.co_name == "create_bwd_graph":
         pass_ = "backward"
@@ -454,7 +410,15 @@ class MegatronRunner(Runner):
         c = self.case
         self.api.tensor_parallel.model_parallel_cuda_manual_seed(
             c.seed_rng, use_cudagraphable_rng=(c.generator == "graph-safe"), force_reset_rng=True)
-        return MegatronModel(self.api, c, self.dev, self.configs, self.graphed_layers)
+        try:
+            model = MegatronModel(self.api, c, self.dev, self.configs, self.graphed_layers)
+        except (AssertionError, ValueError) as e:
+            # Megatron's own checks at construction (CudaGraphManager asserts a cudagraphable RNG
+            # tracker and no expandable segments)
+            raise torch_sut.SkipCase(f"megatron-core {self.sut.version} refuses the model at construction: "
+                                     f"{torch_sut._one_line(str(e) or type(e).__name__)}") from None
+        model.check_names(c)  # outside the try: a mismatch is this driver's bug, not a refusal
+        return model
 
     # -- a step through forward_backward_func --
 
@@ -875,10 +839,7 @@ class MegatronSUT(TorchSUT):
                         "unless use_cudagraphable_rng (megatron/core/transformer/cuda_graphs.py)")
         if c.any_dropout() and c.executor != "eager" and c.device_state != self.device_state:
             return f"device_state {c.device_state}: torch {torch.__version__} keeps its graph RNG state {self.device_state}"
-        configs, graphed, reason = self.configs(c)
-        if reason:
-            return reason
-        return self._construction_refused(c, configs, graphed)
+        return self.configs(c)[2]  # and Megatron's checks at construction: MegatronRunner.make_model
 
     def _execute(self, c: case_mod.Case, data) -> RunRecord:
         configs, graphed, reason = self.configs(c)
@@ -897,20 +858,6 @@ class MegatronSUT(TorchSUT):
                 torch.cuda.empty_cache()
             except Exception:
                 pass
-
-    def _construction_refused(self, c: case_mod.Case, configs, graphed) -> str:
-        """Megatron's own checks at module construction (CudaGraphManager asserts a cudagraphable
-        RNG tracker and no expandable segments): "" or the reason, with Megatron's message."""
-        try:
-            self.api.tensor_parallel.model_parallel_cuda_manual_seed(
-                c.seed_rng, use_cudagraphable_rng=(c.generator == "graph-safe"), force_reset_rng=True)
-            MegatronModel(self.api, c, self.device, configs, graphed)
-            return ""
-        except (AssertionError, ValueError) as e:
-            return (f"megatron-core {self.version} refuses the model at construction: "
-                    f"{torch_sut._one_line(str(e) or type(e).__name__)}")
-        finally:
-            self._reset_megatron()
 
     def _reset_megatron(self):
         """Megatron keeps graph state in classes and module globals: clear it between cases."""

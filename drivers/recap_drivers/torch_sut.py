@@ -56,6 +56,15 @@ class RequestError(Exception):
     """A run request that cannot be served (bad case, missing frames): an error reply."""
 
 
+class SkipCase(Exception):
+    """The framework refuses the case while it is being built (one line): a skipped reply."""
+
+
+def _skipped_reply(rid, names: List[str], reason: str, run_ms: float) -> Tuple[dict, list]:
+    return {"op": "observation", "id": rid, "status": "skipped", "reason": reason, "param_names": names,
+            "steps": [], "memory": RunRecord(names, []).memory, "timings": {"run_ms": run_ms}}, []
+
+
 # ---- CUDA error names ------------------------------------------------------------------------
 
 _CUDA_ERROR_STRINGS = {
@@ -126,20 +135,22 @@ def _layer_from_traceback(tb) -> str:
     return found.split(".")[0] if found else ""
 
 
-_MGC_LINES: Optional[Tuple[set, set]] = None
+_GRAPH_LINES: Dict[Any, Tuple[set, set]] = {}
 
 
-def _mgc_lines() -> Tuple[set, set]:
-    """Absolute line numbers of torch.cuda.make_graphed_callables' body: those inside a
-    `with torch.cuda.graph(...)` block, and those of statements that call torch.autograd.grad."""
-    global _MGC_LINES
-    if _MGC_LINES is not None:
-        return _MGC_LINES
+def graph_lines(fn) -> Tuple[set, set]:
+    """Absolute line numbers of a framework function's body: those inside a
+    `with torch.cuda.graph(...)` block (capture), and those of statements that call
+    torch.autograd.grad (its backward). Read once per function from its source, so that a
+    traceback's line tells warmup from capture without patching anything."""
+    key = getattr(fn, "__code__", fn)
+    if key in _GRAPH_LINES:
+        return _GRAPH_LINES[key]
     capture, grad = set(), set()
     try:
         import textwrap
 
-        src, start = inspect.getsourcelines(torch.cuda.make_graphed_callables)
+        src, start = inspect.getsourcelines(fn)
         tree = ast.parse(textwrap.dedent("".join(src)))
         for node in ast.walk(tree):
             if isinstance(node, ast.With):
@@ -154,8 +165,8 @@ def _mgc_lines() -> Tuple[set, set]:
                         grad.update(range(node.lineno + start - 1, (node.end_lineno or node.lineno) + start))
     except Exception:
         pass
-    _MGC_LINES = (capture, grad)
-    return _MGC_LINES
+    _GRAPH_LINES[key] = (capture, grad)
+    return capture, grad
 
 
 def _locate_in_make_graphed_callables(tb) -> Optional[dict]:
@@ -171,7 +182,7 @@ def _locate_in_make_graphed_callables(tb) -> Optional[dict]:
         tb = tb.tb_next
     if frame is None:
         return None
-    capture, grad = _mgc_lines()
+    capture, grad = graph_lines(torch.cuda.make_graphed_callables)
     loc = frame.f_locals
     phase = "capture" if lineno in capture else "warmup"
     pass_ = "backward" if lineno in grad else "forward"
@@ -792,25 +803,24 @@ class TorchSUT:
         names = [p.name for p in case_mod.param_infos(c)]
         reason = self.why_skipped(c)
         if reason:
-            return {"op": "observation", "id": rid, "status": "skipped", "reason": reason, "param_names": names,
-                    "steps": [], "memory": RunRecord(names, []).memory, "timings": {"run_ms": 0.0}}, []
+            return _skipped_reply(rid, names, reason, 0.0)
         t0 = time.perf_counter()
-        first = None
-        if request.get("determinism_check", False):
-            ec = c.with_executor("eager")
-            r1 = self._execute(ec, data)
-            if r1.fatal:
-                return self._reply(rid, r1, "failed", mask_frames, t0)
-            r2 = self._execute(ec, data)
-            diff = first_difference(r1, r2)
-            if diff:
-                rec = RunRecord(names, [])
-                return {"op": "observation", "id": rid, "status": "skipped",
-                        "reason": f"nondeterministic: {diff}", "param_names": names, "steps": [],
-                        "memory": rec.memory, "timings": {"run_ms": (time.perf_counter() - t0) * 1e3}}, []
-            if c.executor == "eager":
-                first = r1
-        rec = first if first is not None else self._execute(c, data)
+        try:
+            first = None
+            if request.get("determinism_check", False):
+                ec = c.with_executor("eager")
+                r1 = self._execute(ec, data)
+                if r1.fatal:
+                    return self._reply(rid, r1, "failed", mask_frames, t0)
+                r2 = self._execute(ec, data)
+                diff = first_difference(r1, r2)
+                if diff:
+                    return _skipped_reply(rid, names, f"nondeterministic: {diff}", (time.perf_counter() - t0) * 1e3)
+                if c.executor == "eager":
+                    first = r1
+            rec = first if first is not None else self._execute(c, data)
+        except SkipCase as e:
+            return _skipped_reply(rid, names, str(e), (time.perf_counter() - t0) * 1e3)
         return self._reply(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
 
     def _execute(self, c: case_mod.Case, data: RunData) -> RunRecord:

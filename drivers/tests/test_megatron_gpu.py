@@ -19,7 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from client import Worker, random_frames  # noqa: E402
-from test_torch_gpu import first_diff, mask_table, recompute_mismatches  # noqa: E402
+from test_torch_gpu import first_diff, mask_table, survey_entry  # noqa: E402
 
 try:
     import torch
@@ -103,17 +103,8 @@ class MegatronGpuTest(unittest.TestCase):
 
     def survey(self, what, case, frames, eager=None):
         h, f = self.run_case(case, frames)
-        entry = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
-                 "failure": h.get("failure"), "fatal": h.get("fatal", False), "memory": h["memory"],
-                 "phases": [s["phase"] for s in h["steps"]],
-                 "masks": len(mask_table(h)),
-                 "recompute_mismatches": recompute_mismatches(h)[:6]}
-        if eager is not None and h["status"] == "ok":
-            eh, ef = eager
-            entry["first_diff_vs_eager"] = first_diff(f, ef)
-            entry["losses_equal_eager"] = [s["losses"] for s in h["steps"]] == [s["losses"] for s in eh["steps"]]
-            mt, et = mask_table(h), mask_table(eh)
-            entry["forward_masks_equal_eager"] = all(mt.get(k) == v for k, v in et.items() if k[4] == "forward")
+        entry = survey_entry(what, case, h, f, eager)
+        entry.update(fatal=h.get("fatal", False), phases=[s["phase"] for s in h["steps"]], masks=len(mask_table(h)))
         SURVEY.append(entry)
         return h, f
 

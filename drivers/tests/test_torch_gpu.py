@@ -80,6 +80,20 @@ def recompute_mismatches(h):
     return bad
 
 
+def survey_entry(what, case, h, f, eager=None) -> dict:
+    """One survey line: what the run said, and how it compares with an eager run (h, frames)."""
+    entry = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
+             "failure": h.get("failure"), "memory": h["memory"],
+             "recompute_mismatches": recompute_mismatches(h)[:6]}
+    if eager is not None and h["status"] == "ok":
+        eh, ef = eager
+        entry["first_diff_vs_eager"] = first_diff(f, ef)
+        entry["losses_equal_eager"] = [s["losses"] for s in h["steps"]] == [s["losses"] for s in eh["steps"]]
+        mt, et = mask_table(h), mask_table(eh)
+        entry["forward_masks_equal_eager"] = all(mt.get(k) == v for k, v in et.items() if k[4] == "forward")
+    return entry
+
+
 def first_diff(fa, fb):
     for name in sorted(fb):
         if name not in fa or fa[name].data != fb[name].data:
@@ -118,16 +132,7 @@ class GpuTest(unittest.TestCase):
 
     def survey(self, what, case, frames, eager=None):
         h, f = self.run_case(case, frames)
-        entry = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
-                 "failure": h.get("failure"), "memory": h["memory"],
-                 "recompute_mismatches": recompute_mismatches(h)[:6]}
-        if eager is not None and h["status"] == "ok":
-            eh, ef = eager
-            entry["first_diff_vs_eager"] = first_diff(f, ef)
-            entry["losses_equal_eager"] = [s["losses"] for s in h["steps"]] == [s["losses"] for s in eh["steps"]]
-            mt, et = mask_table(h), mask_table(eh)
-            entry["forward_masks_equal_eager"] = all(mt.get(k) == v for k, v in et.items() if k[4] == "forward")
-        SURVEY.append(entry)
+        SURVEY.append(survey_entry(what, case, h, f, eager))
         return h, f
 
     def test_no_checkpoint_graphed_equals_eager(self):
