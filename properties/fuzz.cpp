@@ -6,11 +6,15 @@
 // error), as Hypothesis distinguishes failures: a shrink that fails differently counts as passing,
 // so a capture failure does not shrink into another bug. The last failing evaluation during
 // shrinking is the shrunk case (RapidCheck tries candidates in order and keeps each failing one).
+// With keep_going a chunk goes on after its counterexample (a new RapidCheck run over the cases
+// left), and shrinks each distinct failure once.
 #include "properties/fuzz.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -118,6 +122,43 @@ std::string finding_key(const std::string& f) {
   return b == std::string::npos ? f : f.substr(0, b);
 }
 
+// RapidCheck shrinks the layer list only from its end (the count is drawn first, mapcat), so a bug
+// in the last of seven layers keeps all seven. After its shrink, layers are deleted one at a time
+// while the failure keeps its signature (delta debugging over the list), each evaluation counted
+// against `budget` (0: none). Returns how many were deleted.
+}  // namespace
+
+int delete_layers(CaseSpec* spec, CaseReport* rep, const OracleOptions& oracle, int budget) {
+  const std::string target = signature(*rep);
+  int deleted = 0, evaluations = 0;
+  for (bool again = true; again && spec->model.layers.size() > 1;) {
+    again = false;
+    for (size_t i = 0; i < spec->model.layers.size() && spec->model.layers.size() > 1;) {
+      if (budget > 0 && evaluations >= budget) return deleted;
+      CaseSpec c = *spec;
+      c.model.layers.erase(c.model.layers.begin() + static_cast<long>(i));
+      c.layers.erase(c.layers.begin() + static_cast<long>(i));
+      if (!training::validate(c).empty()) {
+        ++i;
+        continue;
+      }
+      ++evaluations;
+      CaseReport r = evaluate(c, oracle);
+      if (failing(r.disposition) && signature(r) == target) {
+        *spec = std::move(c);
+        *rep = std::move(r);
+        ++deleted;
+        again = true;
+      } else {
+        ++i;
+      }
+    }
+  }
+  return deleted;
+}
+
+namespace {
+
 struct Listener : rc::detail::TestListener {
   int accepted = 0;
   void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
@@ -150,86 +191,99 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
   for (int c = 0; c < chunks; ++c) {
     if (c % shards != shard) continue;
     if (out_of_time()) break;
-    if (opts.max_failures > 0 && static_cast<int>(st.failures.size()) >= opts.max_failures) break;
+    if (!opts.keep_going && opts.max_failures > 0 && static_cast<int>(st.failures.size()) >= opts.max_failures) break;
     const int n = std::min(kChunk, opts.cases - c * kChunk);
     const uint64_t chunk_seed = splitmix(opts.seed ^ splitmix(static_cast<uint64_t>(c) + 1));
+    std::set<std::string> shrunk;  // signatures shrunk in this chunk (--keep-going)
 
-    bool shrinking = false;
-    std::string target;
-    std::optional<CaseReport> last_failing;
-    std::optional<CaseSpec> first_failing_spec;
-    int evaluations_in_shrink = 0;
+    // One RapidCheck run, or with keep_going one more after each counterexample, over the
+    // chunk's remaining cases (run r > 0 has a seed of its own, so the cases stay deterministic).
+    int left = n;
+    for (int run = 0; left > 0; ++run) {
+      if (out_of_time()) break;
+      bool shrinking = false;
+      std::string target;
+      std::optional<CaseReport> last_failing;
+      int evaluations_in_shrink = 0;
+      int ran = 0;
 
-    auto prop = [&]() {
-      CaseSpec spec = *gen_case(opts.gen);
-      if (!shrinking && out_of_time()) return;  // budget spent: finish the chunk without running
-      if (shrinking) {
-        if (opts.shrink_limit > 0 && evaluations_in_shrink >= opts.shrink_limit) return;  // counts as passing
-        ++evaluations_in_shrink;
-      }
-      CaseReport rep = evaluate(spec, opts.oracle);
-      bool fails = failing(rep.disposition);
-      if (!shrinking) {
-        ++st.cases;
-        st.by_disposition[disposition_name(rep.disposition)]++;
-        for (const auto& l : classify(spec)) st.classification[l]++;
-        for (const auto& f : rep.findings) {
-          auto& e = findings[finding_key(f)];
-          int64_t bytes = 0;
-          for (const auto& k : rep.checks) bytes = std::max(bytes, k.bytes);
-          if (e.first == 0) e.second = {bytes, bytes};
-          e.first++;
-          e.second.first = std::min(e.second.first, bytes);
-          e.second.second = std::max(e.second.second, bytes);
+      auto prop = [&]() {
+        CaseSpec spec = *gen_case(opts.gen);
+        if (!shrinking && out_of_time()) return;  // budget spent: finish the run without running
+        if (shrinking) {
+          if (opts.shrink_limit > 0 && evaluations_in_shrink >= opts.shrink_limit) return;  // counts as passing
+          ++evaluations_in_shrink;
         }
-        if (fails) {
-          shrinking = true;
-          target = signature(rep);
-          first_failing_spec = spec;
+        CaseReport rep = evaluate(spec, opts.oracle);
+        bool fails = failing(rep.disposition);
+        if (!shrinking) {
+          ++ran;
+          ++st.cases;
+          st.by_disposition[disposition_name(rep.disposition)]++;
+          for (const auto& l : classify(spec)) st.classification[l]++;
+          for (const auto& f : rep.findings) {
+            auto& e = findings[finding_key(f)];
+            int64_t bytes = 0;
+            for (const auto& k : rep.checks) bytes = std::max(bytes, k.bytes);
+            if (e.first == 0) e.second = {bytes, bytes};
+            e.first++;
+            e.second.first = std::min(e.second.first, bytes);
+            e.second.second = std::max(e.second.second, bytes);
+          }
+          // a failure like one this chunk already shrank is counted and reported, not shrunk again
+          if (fails && shrunk.count(signature(rep))) fails = false;
+          if (fails) {
+            shrinking = true;
+            target = signature(rep);
+          }
+          std::string first = rep.first_failure();
+          st.reports.push_back(std::move(rep));
+          report_progress();
+          if (fails) {
+            last_failing = st.reports.back();
+            RC_FAIL(first);
+          }
+          return;
         }
-        std::string first = rep.first_failure();
-        st.reports.push_back(std::move(rep));
-        report_progress();
-        if (fails) {
-          last_failing = st.reports.back();
+        if (fails && signature(rep) == target) {
+          std::string first = rep.first_failure();
+          last_failing = std::move(rep);
           RC_FAIL(first);
         }
-        return;
-      }
-      if (fails && signature(rep) == target) {
-        std::string first = rep.first_failure();
-        last_failing = std::move(rep);
-        RC_FAIL(first);
-      }
-    };
+      };
 
-    rc::detail::TestParams params;
-    params.seed = chunk_seed;
-    params.maxSuccess = n;
-    params.maxSize = rc::kNominalSize;
-    params.maxDiscardRatio = 10;
-    rc::detail::TestMetadata meta;
-    meta.id = "recap.fuzz";
-    meta.description = "recap fuzz chunk " + std::to_string(c);
-    Listener listener;
-    rc::detail::TestResult result =
-        rc::detail::checkProperty(rc::detail::toProperty(prop), meta, params, listener, requested_reproductions());
+      rc::detail::TestParams params;
+      params.seed = run == 0 ? chunk_seed : splitmix(chunk_seed ^ splitmix(static_cast<uint64_t>(run)));
+      params.maxSuccess = left;
+      params.maxSize = rc::kNominalSize;
+      params.maxDiscardRatio = 10;
+      rc::detail::TestMetadata meta;
+      meta.id = "recap.fuzz";
+      meta.description = "recap fuzz chunk " + std::to_string(c);
+      Listener listener;
+      rc::detail::TestResult result =
+          rc::detail::checkProperty(rc::detail::toProperty(prop), meta, params, listener, requested_reproductions());
+      left -= ran;
 
-    rc::detail::FailureResult failure;
-    if (result.match(failure) && last_failing) {
-      Counterexample cx;
-      cx.spec = last_failing->spec;
-      cx.report = *last_failing;
-      cx.property = first_failing_property(*last_failing);
-      cx.shrinks = listener.accepted;
-      cx.seed = opts.seed;
-      cx.reproduce = "RC_PARAMS=\"" + reproduce_string(meta.id, failure.reproduce) + "\"";
-      cx.description = failure.description;
-      st.failures.push_back(std::move(cx));
-      report_progress();
-    } else {
-      rc::detail::Error err;
-      if (result.match(err)) throw std::runtime_error("rapidcheck: " + err.description);
+      rc::detail::FailureResult failure;
+      if (result.match(failure) && last_failing) {
+        Counterexample cx;
+        cx.spec = last_failing->spec;
+        cx.report = *last_failing;
+        cx.shrinks = listener.accepted + delete_layers(&cx.spec, &cx.report, opts.oracle, opts.shrink_limit);
+        cx.property = first_failing_property(cx.report);
+        cx.seed = opts.seed;
+        cx.reproduce = "RC_PARAMS=\"" + reproduce_string(meta.id, failure.reproduce) + "\"";
+        cx.description = failure.description;
+        st.failures.push_back(std::move(cx));
+        report_progress();
+        shrunk.insert(target);
+        if (!opts.keep_going) break;
+      } else {
+        rc::detail::Error err;
+        if (result.match(err)) throw std::runtime_error("rapidcheck: " + err.description);
+        break;  // the run went through every remaining case
+      }
     }
   }
   for (const auto& [key, e] : findings) {

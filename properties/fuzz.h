@@ -28,6 +28,11 @@ struct FuzzOptions {
   // the shrunk case is the smallest failing one found so far: deterministic, unlike a time limit.
   // A framework SUT runs a case in seconds, where an unbounded shrink takes an hour.
   int shrink_limit = 0;
+  // Run every case (max_failures is then ignored): after a counterexample its chunk goes on with
+  // the remaining cases; a later failure with the signature of one the chunk already shrank is
+  // counted and reported but not shrunk again. A framework with known bugs fails often, and a
+  // campaign that stops at the first failure of each shard never reaches its case count.
+  bool keep_going = false;
 };
 
 struct Counterexample {
@@ -59,6 +64,11 @@ struct Progress {
 
 // Runs a campaign. Deterministic for a seed: the same cases, verdicts and reports (timings aside).
 FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress = {});
+
+// After RapidCheck's shrink of a counterexample (*spec, *rep): deletes layers one at a time while
+// the case fails with the same signature (first failing property, disposition, CUDA error), at
+// most `budget` evaluations (0: no limit). Returns how many layers it deleted.
+int delete_layers(training::CaseSpec* spec, CaseReport* rep, const OracleOptions& oracle, int budget);
 
 // The labels classification() counts a case under (QuickCheck's `classify`): e.g.
 // "checkpoint+capture+dropout", "executor=per-layer", "policy=graph-safe", "generator=host", ...

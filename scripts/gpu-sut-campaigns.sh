@@ -8,7 +8,8 @@
 #   scripts/gpu-sut-campaigns.sh [CASES] [JOBS]            # there, from the tree's root
 # Environment: RECAP_BIN (default .device/slim/harness/cli/recap), CAMPAIGNS (names, default all),
 # SEED (default 1), BUDGET_<name> (seconds after which no new case starts), LIMIT_<name> (a hard
-# limit), SHRINK_LIMIT (evaluations a shrink may spend), OUT (default gpu-logs).
+# limit), SHRINK_LIMIT (evaluations a shrink may spend, default 25), OUT (default gpu-logs). Every
+# campaign runs all its cases (--keep-going): a framework with known bugs fails often.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cases="${1:-500}"
@@ -20,6 +21,8 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # the logs show progress every 10 s and every worker's stderr (slow start-ups, hangs)
 export RECAP_PROGRESS_LINES=1 RECAP_WORKER_STDERR=1
+# many workers share one GPU: each is capped (a leak then fails its own cases, named in the log)
+export RECAP_CUDA_MEMORY_FRACTION="${RECAP_CUDA_MEMORY_FRACTION:-0.04}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 drivers="$PWD/drivers"
 
 site_of() {  # the folder megatron-core VERSION is installed in (installed once)
@@ -55,7 +58,7 @@ while IFS='|' read -r name sut extra; do
   start=$(date +%s.%N)
   # shellcheck disable=SC2086
   timeout "$limit" "$bin" fuzz --sut "$sut" --backend cuda --cases "$cases" --jobs "$jobs" --seed "$seed" \
-    --time-budget "$budget" --shrink-limit "${SHRINK_LIMIT:-0}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
+    --time-budget "$budget" --keep-going --shrink-limit "${SHRINK_LIMIT:-25}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
     --corpus-dir "$out/corpus-$name" --report "$out/$name.json" >"$out/$name.log" 2>&1
   rc=$?
   end=$(date +%s.%N)

@@ -852,12 +852,7 @@ class MegatronSUT(TorchSUT):
         finally:
             del runner
             self._reset_megatron()
-            gc.collect()
-            try:
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-            except Exception:
-                pass
+            self.after_case(c)
 
     def _reset_megatron(self):
         """Megatron keeps graph state in classes and module globals: clear it between cases."""

@@ -60,6 +60,41 @@ class SkipCase(Exception):
     """The framework refuses the case while it is being built (one line): a skipped reply."""
 
 
+def collect_between_cases():
+    """Frees the last case's cycles (its graphs, modules, hooks). Never gc.freeze() here: an object
+    a framework global still holds between cases (Megatron's) becomes garbage only in a later case,
+    and frozen it would never be collected (a campaign on the H200 leaked tens of GiB that way).
+    The import-time heap is frozen once, when the SUT starts (worker.serve)."""
+    gc.collect()
+
+
+_leak_reported = False
+
+
+def leak_report(held: int):
+    """With RECAP_LEAK_REPORT=MiB: once `held` passes it, the allocation sites of the blocks still
+    allocated (torch's memory history), largest first, on stderr: where a leak comes from."""
+    global _leak_reported
+    mib = os.environ.get("RECAP_LEAK_REPORT")
+    if not mib or _leak_reported or held < (int(mib) << 20):
+        return
+    _leak_reported = True
+    sites: Dict[str, List[int]] = {}
+    for seg in torch.cuda.memory._snapshot().get("segments", []):
+        for b in seg.get("blocks", []):
+            if b.get("state") != "active_allocated":
+                continue
+            frames = [f for f in b.get("frames", []) if f.get("filename", "").endswith(".py")]
+            key = " < ".join(f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in frames[:6]) or "?"
+            e = sites.setdefault(key, [0, 0])
+            e[0] += b.get("size", 0)
+            e[1] += 1
+    print(f"recap_drivers: leak report at {held >> 20} MiB held, by allocation site:", file=sys.stderr)
+    for key, (size, n) in sorted(sites.items(), key=lambda kv: -kv[1][0])[:12]:
+        print(f"  {size >> 20} MiB in {n} blocks: {key}", file=sys.stderr)
+    sys.stderr.flush()
+
+
 def _skipped_reply(rid, names: List[str], reason: str, run_ms: float) -> Tuple[dict, list]:
     return {"op": "observation", "id": rid, "status": "skipped", "reason": reason, "param_names": names,
             "steps": [], "memory": RunRecord(names, []).memory, "timings": {"run_ms": run_ms}}, []
@@ -721,6 +756,16 @@ class TorchSUT:
                         (a @ a).sum().backward()
                         torch.bmm(a.detach()[None], a.detach()[None])
             torch.cuda.synchronize(self.device)
+            # Campaigns run many workers on one GPU: a cap keeps one that leaks from starving the
+            # others (its own cases then fail with an out-of-memory error that names it).
+            frac = os.environ.get("RECAP_CUDA_MEMORY_FRACTION", "")
+            if frac:
+                torch.cuda.set_per_process_memory_fraction(float(frac))  # the current device
+        # bytes the allocator holds before any case: what is held above it after one is reported
+        self.base_allocated = torch.cuda.memory_allocated(self.device) if self.graphs else 0
+        self.retire = False  # worker.serve adds `retire` to the reply and the client replaces us
+        if self.graphs and os.environ.get("RECAP_LEAK_REPORT"):
+            torch.cuda.memory._record_memory_history(max_entries=200000)
 
     def device_name(self) -> str:
         if self.device.type == "cuda":
@@ -829,13 +874,24 @@ class TorchSUT:
             return runner.run()
         finally:
             del runner
-            gc.collect()
-            if self.device.type == "cuda":
-                try:
-                    torch.cuda.synchronize()
-                    torch.cuda.empty_cache()
-                except Exception:
-                    pass
+            self.after_case(c)
+
+    def after_case(self, c: case_mod.Case):
+        """Frees what the case left and says on stderr when memory stays held (a leak)."""
+        collect_between_cases()
+        if self.device.type == "cuda":
+            try:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                held = torch.cuda.memory_allocated(self.device) - self.base_allocated
+                if held > (64 << 20):  # a leak across cases: on stderr, the campaign log keeps it
+                    print(f"recap_drivers: {held >> 20} MiB still allocated after case {c.name!r}",
+                          file=sys.stderr, flush=True)
+                    leak_report(held)
+                limit = int(os.environ.get("RECAP_WORKER_RETIRE_MIB", "1024")) << 20
+                self.retire = self.retire or (limit > 0 and held > limit)
+            except Exception:
+                pass
 
     def _reply(self, rid, rec: RunRecord, status: str, mask_frames: bool, t0: float) -> Tuple[dict, List[Frame]]:
         from .observe import _tensor_bytes

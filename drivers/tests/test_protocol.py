@@ -183,6 +183,18 @@ class SubprocessProtocolTest(unittest.TestCase):
                                   r"--expect-version 0\.0\.1: (torch|megatron-core) is not installed)", sut)
 
 
+class SameVersionTest(unittest.TestCase):
+    def test_local_part_counts_only_when_both_have_one(self):
+        from recap_drivers.worker import same_version
+
+        self.assertTrue(same_version("2.11.0", "2.11.0+cu130"))  # metadata without, hello with
+        self.assertTrue(same_version("2.11.0+cu130", "2.11.0"))
+        self.assertTrue(same_version("0.15.3", "0.15.3"))
+        self.assertFalse(same_version("2.11.0+cu128", "2.11.0+cu130"))
+        self.assertFalse(same_version("2.11.1", "2.11.0+cu130"))
+        self.assertFalse(same_version("0.15.3", "0.15"))
+
+
 class SchemaTest(unittest.TestCase):
     def test_schema_is_valid_json_schema(self):
         path = os.path.join(DRIVERS, "schema", "recap.worker.schema.json")

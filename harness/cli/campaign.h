@@ -77,6 +77,7 @@ struct FuzzFlags {
   bool require_memory_savings = false;
   bool no_checkpoint = false, no_dropout = false;  // generator restrictions
   int shrink_limit = 0;
+  bool keep_going = false;
   std::string dims = "auto";  // small | large | auto (large for recap's runtime on cuda, else small)
   std::vector<std::string> properties;  // --property; empty: all
   SutFlags sut;

@@ -38,6 +38,9 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   cmd->add_option("--shrink-limit", f->shrink_limit,
                   "Evaluations one shrink may spend (0: no limit); the smallest failing case found by then is kept")
       ->check(CLI::Range(0, 100000000));
+  cmd->add_flag("--keep-going", f->keep_going,
+                "Run every case instead of stopping at a shard's first counterexample; each distinct failure "
+                "(property, disposition, CUDA error) is shrunk once per chunk of 100 cases, later ones only counted");
   cmd->add_option("--dims", f->dims,
                   "Tensor sizes drawn: small (hidden 8-64, tokens 4-64), large (hidden 64-1024, tokens 64-512) or "
                   "auto (large for recap's runtime on cuda, small otherwise: a framework runs each case and its "
@@ -83,6 +86,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.gen.no_checkpoint = f.no_checkpoint;
   o.fuzz.gen.no_dropout = f.no_dropout;
   o.fuzz.shrink_limit = f.shrink_limit;
+  o.fuzz.keep_going = f.keep_going;
   o.fuzz.oracle.properties = f.properties;
   o.sut = f.sut;
   // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent

@@ -85,6 +85,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
     if (o.fuzz.gen.no_checkpoint) args.push_back("--no-checkpoint");
     if (o.fuzz.gen.no_dropout) args.push_back("--no-dropout");
+    if (o.fuzz.keep_going) args.push_back("--keep-going");
     args.push_back("--dims");
     args.push_back(o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small");
     if (o.fuzz.shrink_limit > 0) {
@@ -123,11 +124,13 @@ CampaignResult run_workers(const CampaignOptions& o) {
     workers.push_back(w);
   }
 
-  CampaignResult all;
+  // merged in shard order once all are done, not as they finish: the report is the same every run
+  std::vector<CampaignResult> parts(workers.size());
   size_t running = workers.size();
   auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   while (running > 0) {
-    for (auto& w : workers) {
+    for (size_t wi = 0; wi < workers.size(); ++wi) {
+      Worker& w = workers[wi];
       if (w.done) continue;
       int status = 0;
       pid_t r = waitpid(w.pid, &status, WNOHANG);
@@ -163,7 +166,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
         part.by_disposition["crashed"] = 1;
         if (done > 0) part.by_disposition["unrecorded"] = done;  // ran before the crash; results lost
       }
-      reports::merge_into(all, std::move(part));
+      parts[wi] = std::move(part);
     }
     if (running == 0) break;
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -182,6 +185,8 @@ CampaignResult run_workers(const CampaignOptions& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (o.progress) clear_progress_line();
+  CampaignResult all;
+  for (auto& part : parts) reports::merge_into(all, std::move(part));
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   all.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -334,6 +334,9 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
       out.backend = x.value("backend", std::string());
     }
     out.device_name = obs.header.value("device", std::string());
+    // A worker that asks to retire (its memory grew across cases) has answered: it is replaced
+    // before the next case, not mid-case.
+    if (auto r = obs.header.find("retire"); r != obs.header.end() && r->is_boolean() && r->get<bool>()) stop(/*grace_s=*/10);
     return out;
   } catch (const TimedOut& e) {
     std::string tail = stderr_tail();

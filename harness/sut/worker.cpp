@@ -222,12 +222,25 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       // masks seen again at a later step; and the figures memory judges.
       std::map<std::tuple<int, std::string, std::string, int>, uint64_t> forward;
       std::map<std::tuple<std::string, std::string, int, uint64_t>, int> first_step;
-      size_t fwd = 0, rec = 0;
+      size_t fwd = 0, rec = 0, small = 0;
+      // A mask is a few bits of entropy per element (0.47 at p = 0.1): two independent draws of a
+      // small one are equal by chance (32 elements at p = 0.1: once in ~600 pairs). A repeat is
+      // judged only for masks of at least 40 bits at the case's least random dropout.
+      double bits_per_element = 1.0;
+      for (const auto& l : spec.model.layers)
+        if (l.dropout > 0.0f && l.dropout < 1.0f) {
+          const double p = l.dropout;
+          bits_per_element = std::min(bits_per_element, -(p * std::log2(p) + (1 - p) * std::log2(1 - p)));
+        }
       for (const auto& s : r.steps)
         for (const auto& e : s.ledger)
           if (e.site.phase == runtime::Phase::Forward) {
             ++fwd;
             forward[{s.step, e.site.layer, e.site.op, e.site.microbatch}] = e.seed;
+            if (static_cast<double>(e.count) * bits_per_element < 40.0) {
+              ++small;
+              continue;
+            }
             auto [it, fresh] = first_step.try_emplace({e.site.layer, e.site.op, e.site.microbatch, e.seed}, s.step);
             if (!fresh && it->second != s.step) ++r.reused_masks;
           }
@@ -239,7 +252,8 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
             if (it == forward.end() || it->second != e.seed) ++r.recompute_mismatches;
           }
       r.ledger_summary = std::to_string(fwd + rec) + " masks (" + std::to_string(fwd) + " forward, " + std::to_string(rec) +
-                         " recompute), " + std::to_string(r.recompute_mismatches) + " recompute mismatches";
+                         " recompute), " + std::to_string(r.recompute_mismatches) + " recompute mismatches" +
+                         (small ? ", " + std::to_string(small) + " forward masks under 40 bits not judged for reuse" : "");
       const Json& mem = h.value("memory", Json::object());
       for (const auto& s : r.steps) r.captured = r.captured || s.phase == "replay";
       r.capture_memory.device.peak_bytes = mem.value("capture_peak_bytes", int64_t{0});
@@ -285,7 +299,8 @@ Message hello_reply(device::Device& dev) {
 namespace {
 // Fault points for the client's crash tests, off unless RECAP_FAULT_WORKER is set:
 // "abort@N" aborts the worker at its N-th run (after a line on stderr, which the client's crash
-// reason quotes), "garbage@N" answers it with a line that is not JSON, "hang@N" never answers it
+// reason quotes), "garbage@N" answers it with a line that is not JSON, "retire@N" answers it and
+// asks to be replaced (the reply's `retire`), "hang@N" never answers it
 // (the client's --case-timeout kills it); ":FILE" after N makes it fire once per FILE (the worker
 // that fires creates it), so the worker recap starts next runs clean.
 struct WorkerFault {
@@ -353,8 +368,13 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
       write_message(out, error_reply("case: " + problem, id));
       continue;
     }
+    bool retire = false;
     if (++runs == fault.at && (fault.once.empty() || !std::filesystem::exists(fault.once))) {
       if (!fault.once.empty()) std::ofstream{fault.once};
+      if (fault.kind == "retire") {  // answers, and asks to be replaced (as a driver that leaks does)
+        std::fprintf(stderr, "recap worker: RECAP_FAULT_WORKER retire@%d: retiring after run %d\n", fault.at, runs);
+        retire = true;
+      }
       if (fault.kind == "abort") {
         std::fprintf(stderr, "recap worker: RECAP_FAULT_WORKER abort@%d: aborting in run %d\n", fault.at, runs);
         std::abort();
@@ -386,6 +406,7 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
       obs.header["recap"]["live_after"] = c.live_after;
       obs.header["timings"] = {
           {"run_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
+      if (retire) obs.header["retire"] = true;
       write_message(out, obs);
     } catch (const ProtocolError&) {
       throw;

@@ -2,7 +2,8 @@
 // the activation memory the graphs hold is judged against the same case without checkpoints:
 //   skip        recompute is bypassed inside graphs (Megatron-LM PR #3919): what the graph-safe
 //               policy would have saved is a finding, with its bytes (a failure with
-//               --require-memory-savings; docs/recompute-and-rng.md, bug class 2)
+//               --require-memory-savings; docs/recompute-and-rng.md, bug class 2). A system
+//               without a graph-safe policy is judged against the no-checkpoint twin instead.
 //   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
 //               is reported.
 // The case's memory figures (memory_json) go into every report, judged or not.
@@ -64,6 +65,25 @@ CheckResult judge(Runs& runs) {
                                std::to_string(want) + " B under graph-safe, " + std::to_string(base) +
                                " B without checkpoints)";
             c.bytes = mine - want;
+            if (runs.options().require_memory_savings)
+              problems.push_back(what.substr(8));
+            else
+              runs.report().findings.push_back(what);
+          }
+        } else if (mine >= base) {
+          // No graph-safe twin (a framework after Megatron-LM PR #3919 runs only skip): inside
+          // graphs the case holds what it holds without checkpoints, so it lost everything but
+          // the checkpointed regions' inputs, which recompute would have kept.
+          const int64_t elt = spec.model.dtype == models::DType::BF16 ? 2 : 4;
+          const int64_t inputs = static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches *
+                                 spec.model.tokens * spec.model.hidden * elt;
+          const int64_t lost = std::max<int64_t>(0, mine - inputs);
+          if (lost > 0) {
+            std::string what = "memory: recompute lost inside graphs (skip): " + std::to_string(lost) +
+                               " bytes of activations (peak " + std::to_string(mine) + " B inside graphs, " +
+                               std::to_string(base) + " B without checkpoints; the checkpoints' inputs are " +
+                               std::to_string(inputs) + " B; no graph-safe twin: " + twin_trouble("it", gs) + ")";
+            c.bytes = lost;
             if (runs.options().require_memory_savings)
               problems.push_back(what.substr(8));
             else

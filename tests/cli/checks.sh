@@ -182,6 +182,13 @@ fuzz_sut_worker_same_report)
   "$recap" replay --backend sim "$src"/corpus/*.json --report rp.json > /dev/null
   "$recap" replay --backend sim --sut recap-worker "$src"/corpus/*.json --report rw.json > /dev/null || fail "corpus through the worker"
   same rp.json rw.json "corpus replay"
+  # A worker that asks to retire after its 3rd run (as a driver whose memory grows does) is
+  # replaced before the next case, every third case here: the same report, nothing crashed.
+  RECAP_WORKER_STDERR=1 RECAP_FAULT_WORKER=retire@3 "$recap" fuzz --backend sim --sut recap-worker --seed 7 --cases 60 \
+    --corpus-dir wr --report wr.json > /dev/null 2> retire.txt
+  n=$(grep -c "RECAP_FAULT_WORKER retire@3: retiring after run 3" retire.txt)
+  [ "$n" -ge 5 ] || { tail -5 retire.txt; fail "retire: $n workers retired, expected one every 3 runs"; }
+  same p.json wr.json "fuzz with workers retiring ($n retired)"
   ;;
 fuzz_sut_worker_crash_is_a_case)
   # A worker that aborts, or answers with garbage, makes that case `crashed` with a one-line

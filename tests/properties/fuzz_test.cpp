@@ -1,4 +1,6 @@
 // The campaign: throughput probe (manual), naive shrink, graph-safe clean, skip finding.
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -184,12 +186,76 @@ TEST(Fuzz, ShrinkLimitBoundsTheShrink) {
   o.shrink_limit = 2;
   FuzzStats a = fuzz(o), b = fuzz(o);
   ASSERT_EQ(a.failures.size(), 1u);
-  EXPECT_LE(a.failures[0].shrinks, 2);
+  EXPECT_LE(a.failures[0].shrinks, 4);  // 2 RapidCheck steps, then at most 2 layer deletions
   EXPECT_GT(full.failures[0].shrinks, a.failures[0].shrinks);
   EXPECT_EQ(training::case_to_json(a.failures[0].spec).dump(), training::case_to_json(b.failures[0].spec).dump());
   EXPECT_EQ(a.failures[0].report.first_failure().empty(), false);
   CaseReport again = evaluate(a.failures[0].spec, {});
   EXPECT_EQ(again.first_failure(), a.failures[0].report.first_failure());
+}
+
+// --keep-going: the campaign runs every case instead of stopping at its first counterexample, and
+// a failure like one already shrunk in its chunk is counted, not shrunk again: more failing cases
+// than counterexamples, no two counterexamples of a chunk with one signature. Deterministic.
+TEST(Fuzz, KeepGoingRunsEveryCaseAndShrinksEachSignatureOnce) {
+  FuzzOptions o;
+  o.seed = 1;
+  o.cases = 150;  // two chunks
+  o.gen.policy = training::CheckpointPolicy::Naive;
+  o.shrink_limit = 3;
+  FuzzStats first = fuzz(o);
+  ASSERT_EQ(first.failures.size(), 1u);
+  EXPECT_LT(first.cases, 150);  // non-vacuity: without it the campaign stops early
+  o.keep_going = true;
+  FuzzStats a = fuzz(o), b = fuzz(o);
+  EXPECT_EQ(a.cases, 150);
+  EXPECT_EQ(a.reports.size(), 150u);
+  int failing = 0;
+  for (const auto& r : a.reports) failing += r.disposition == Disposition::Failed || r.disposition == Disposition::Incorrect;
+  EXPECT_GT(failing, static_cast<int>(a.failures.size()));
+  ASSERT_GE(a.failures.size(), 1u);
+  std::set<std::string> sigs;
+  for (const auto& f : a.failures) sigs.insert(f.property + "/" + disposition_name(f.report.disposition));
+  EXPECT_LE(a.failures.size(), 2 * sigs.size());  // at most once per signature and chunk
+  ASSERT_EQ(a.failures.size(), b.failures.size());
+  for (size_t i = 0; i < a.failures.size(); ++i)
+    EXPECT_EQ(training::case_to_json(a.failures[i].spec).dump(), training::case_to_json(b.failures[i].spec).dump());
+  EXPECT_EQ(training::case_to_json(a.failures[0].spec).dump(), training::case_to_json(first.failures[0].spec).dump());
+}
+
+// A naive checkpoint of a dropout (whose recompute draws a new mask) sits behind four plain layers, where RapidCheck's shrink
+// (which trims the layer list from its end) cannot reach it: delete_layers leaves that one layer,
+// failing the same way; a budget of 1 deletes at most one.
+TEST(Fuzz, DeleteLayersLeavesTheFailingLayer) {
+  training::CaseSpec s;
+  s.model.hidden = 8;
+  s.model.tokens = 4;
+  for (int i = 0; i < 5; ++i) {
+    models::LayerSpec l;
+    l.kind = i == 4 ? "dropout" : "linear";
+    l.dropout = i == 4 ? 0.1f : 0.0f;
+    s.model.layers.push_back(l);
+    training::LayerFlags f;
+    f.checkpoint = i == 4 ? training::CheckpointGranularity::Full : training::CheckpointGranularity::None;
+    s.layers.push_back(f);
+  }
+  s.policy = training::CheckpointPolicy::Naive;
+  s.executor = training::ExecutorKind::PerLayer;
+  ASSERT_EQ(training::validate(s), "");
+  OracleOptions o;
+  CaseReport rep = evaluate(s, o);
+  ASSERT_EQ(rep.disposition, Disposition::Incorrect) << rep.first_failure();  // the recompute's new mask
+  training::CaseSpec one = s;
+  CaseReport one_rep = rep;
+  EXPECT_EQ(delete_layers(&one, &one_rep, o, 0), 4);
+  ASSERT_EQ(one.model.layers.size(), 1u);
+  EXPECT_EQ(one.layers[0].checkpoint, training::CheckpointGranularity::Full);
+  EXPECT_EQ(one_rep.disposition, Disposition::Incorrect);
+  EXPECT_EQ(evaluate(one, o).first_failure(), one_rep.first_failure());
+  training::CaseSpec bounded = s;
+  CaseReport bounded_rep = rep;
+  EXPECT_LE(delete_layers(&bounded, &bounded_rep, o, 1), 1);
+  EXPECT_GE(bounded.model.layers.size(), 4u);
 }
 
 }  // namespace

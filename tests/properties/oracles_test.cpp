@@ -11,6 +11,7 @@
 
 #include "harness/runtime/phase.h"
 #include "properties/generators.h"
+#include "harness/sut/worker.h"
 #include "properties/oracles.h"
 
 namespace recap::properties {
@@ -117,6 +118,45 @@ TEST(Evaluate, SkipLosesTheSavingAsAFindingWithBytes) {
   EXPECT_EQ(f.disposition, Disposition::Incorrect);
   EXPECT_EQ(check(f, "memory").disposition, Disposition::Incorrect);
   EXPECT_GT(check(f, "memory").bytes, 0);
+}
+
+// A system under test without a graph-safe policy (megatron-core 0.19.2 skips recompute inside
+// graphs and has nothing else): its graphs hold as much as the no-checkpoint twin's, and the
+// memory oracle says so with bytes instead of waiting for a graph-safe twin that never runs.
+// Non-vacuity: the same system saving memory inside graphs passes.
+class SkipOnlySut : public sut::Sut {
+ public:
+  explicit SkipOnlySut(bool saves) : saves_(saves) {}
+  std::string name() const override { return "skip-only"; }
+  bool recap_runtime() const override { return false; }
+  sut::SutRun run(const training::CaseSpec& spec) override {
+    if (spec.policy == CheckpointPolicy::GraphSafe) throw sut::SkippedBySut("policy graph-safe: not in this version");
+    sut::SutRun r;
+    r.result.captured = spec.executor != training::ExecutorKind::Eager;
+    auto& act = r.result.capture_memory.allocator.tensors[static_cast<int>(device::MemCategory::Activations)];
+    act.peak_bytes = spec.any_checkpoint() && saves_ ? 4096 : 65536;
+    return r;
+  }
+
+ private:
+  bool saves_;
+};
+
+TEST(Evaluate, SkipWithoutAGraphSafeTwinIsJudgedAgainstNoCheckpoint) {
+  auto s = one_layer("mlp", CheckpointPolicy::Skip, training::ExecutorKind::PerLayer);
+  OracleOptions o;
+  o.properties = {"memory"};
+  o.require_memory_savings = true;
+  o.sut = std::make_shared<SkipOnlySut>(false);
+  CaseReport r = evaluate(s, o);
+  const CheckResult& m = check(r, "memory");
+  EXPECT_EQ(m.disposition, Disposition::Incorrect) << m.reason;
+  EXPECT_NE(m.reason.find("recompute lost inside graphs (skip)"), std::string::npos) << m.reason;
+  EXPECT_NE(m.reason.find("no graph-safe twin"), std::string::npos) << m.reason;
+  // 3 full checkpoints x 1 microbatch x 4 tokens x 8 hidden x 4 bytes of inputs kept
+  EXPECT_EQ(m.bytes, 65536 - 3 * 4 * 8 * 4);
+  o.sut = std::make_shared<SkipOnlySut>(true);
+  EXPECT_EQ(check(evaluate(s, o), "memory").disposition, Disposition::Passed);
 }
 
 TEST(Evaluate, GraphSafeSavesMemoryInsideGraphs) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "harness/sut/sut.h"
+#include "harness/sut/worker.h"
 
 namespace recap::sut {
 namespace {
@@ -126,6 +127,41 @@ TEST(WorkerSut, DeterminismIsCheckedOncePerEagerForm) {
     asked.push_back(h.value("determinism_check", false));
   }
   EXPECT_EQ(asked, (std::vector<bool>{true, false, false, true}));
+}
+
+}  // namespace
+}  // namespace recap::sut
+
+namespace recap::sut {
+namespace {
+
+// Another system's masks stand in for its draws: a mask seen again at a later step is a reused
+// draw, but only when the mask holds enough entropy (>= 40 bits at the case's dropout) that two
+// independent draws are not equal by chance; a 32-element mask at p = 0.1 (15 bits) is not judged.
+TEST(WorkerSut, AMaskRepeatedAcrossStepsIsAReuseOnlyWhenItCannotBeChance) {
+  training::CaseSpec spec;
+  models::LayerSpec l;
+  l.kind = "dropout";
+  l.dropout = 0.1f;
+  spec.model.layers.push_back(l);
+  spec.layers.push_back({});
+  auto obs = [](uint64_t numel) {
+    Message m;
+    Json steps = Json::array();
+    for (int s = 0; s < 2; ++s)
+      steps.push_back({{"step", s}, {"phase", "eager"}, {"losses", {0.5}}, {"ms", 1.0},
+                       {"masks", {{{"layer", "dropout0"}, {"op", "dropout"}, {"microbatch", 0}, {"pass", "forward"},
+                                   {"numel", numel}, {"digest", "e7c31c94284f1e0f"}, {"draws", 1}}}}});
+    m.header = {{"op", "observation"}, {"id", 1}, {"status", "ok"}, {"reason", ""},
+                {"param_names", Json::array()}, {"steps", steps}, {"memory", Json::object()}};
+    return m;
+  };
+  training::RunResult big = run_result_of(obs(512), spec);  // 512 x 0.47 = 240 bits
+  EXPECT_EQ(big.reused_masks, 1u) << big.ledger_summary;
+  training::RunResult small = run_result_of(obs(32), spec);
+  EXPECT_EQ(small.reused_masks, 0u) << small.ledger_summary;
+  EXPECT_NE(small.ledger_summary.find("2 forward masks under 40 bits not judged for reuse"), std::string::npos)
+      << small.ledger_summary;
 }
 
 }  // namespace
