@@ -746,16 +746,7 @@ class TorchSUT:
         self.device_state = _device_state_model()
         self.side_stream = torch.cuda.Stream(self.device) if self.graphs else None
         if self.graphs:
-            # cuBLAS allocates a workspace per (handle, stream) on its first GEMM there: make them
-            # now, so an eager step never allocates one (the observer reads the allocator around
-            # GEMMs only while graphs are built, whose captures make their own)
-            for st in (torch.cuda.current_stream(self.device), self.side_stream):
-                with torch.cuda.stream(st):
-                    for dt in (torch.float32, torch.bfloat16):
-                        a = torch.ones(64, 64, device=self.device, dtype=dt, requires_grad=True)
-                        (a @ a).sum().backward()
-                        torch.bmm(a.detach()[None], a.detach()[None])
-            torch.cuda.synchronize(self.device)
+            self._prime_cublas()
             # Campaigns run many workers on one GPU: a cap keeps one that leaks from starving the
             # others (its own cases then fail with an out-of-memory error that names it).
             frac = os.environ.get("RECAP_CUDA_MEMORY_FRACTION", "")
@@ -766,6 +757,30 @@ class TorchSUT:
         self.retire = False  # worker.serve adds `retire` to the reply and the client replaces us
         if self.graphs and os.environ.get("RECAP_LEAK_REPORT"):
             torch.cuda.memory._record_memory_history(max_entries=200000)
+
+    def _prime_cublas(self):
+        """cuBLAS allocates a workspace per (handle, stream) on its first GEMM there: make ours
+        now, so an eager step never allocates one (the observer reads the allocator around GEMMs
+        only while graphs are built, whose captures make their own)."""
+        for st in (torch.cuda.current_stream(self.device), self.side_stream):
+            with torch.cuda.stream(st):
+                for dt in (torch.float32, torch.bfloat16):
+                    a = torch.ones(64, 64, device=self.device, dtype=dt, requires_grad=True)
+                    (a @ a).sum().backward()
+                    torch.bmm(a.detach()[None], a.detach()[None])
+        torch.cuda.synchronize(self.device)
+
+    def _clear_cublas_workspaces(self):
+        """torch caches a cuBLAS workspace (32 MiB under CUBLAS_WORKSPACE_CONFIG=:4096:8) per
+        (handle, stream) and never frees it; make_graphed_callables warms up on a new stream per
+        call and Megatron captures on new streams, so every case left 32 MiB more allocated, up
+        to out-of-memory errors in later cases (reports/h200/2026-12-01-sut-campaigns). torch's
+        own leak checks and cudagraph trees clear them the same way (common_utils.py,
+        cudagraph_trees.py). Between cases no graph is alive; ours are made again."""
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+            self._prime_cublas()
 
     def device_name(self) -> str:
         if self.device.type == "cuda":
@@ -882,6 +897,7 @@ class TorchSUT:
         if self.device.type == "cuda":
             try:
                 torch.cuda.synchronize()
+                self._clear_cublas_workspaces()
                 torch.cuda.empty_cache()
                 held = torch.cuda.memory_allocated(self.device) - self.base_allocated
                 if held > (64 << 20):  # a leak across cases: on stderr, the campaign log keeps it
