@@ -108,6 +108,20 @@ std::string signature(const CaseReport& r) {
   return "";
 }
 
+}  // namespace
+
+std::string bucket_of(const CaseReport& r) {
+  for (const auto& c : r.checks)
+    if (failing(c.disposition)) {
+      std::string kind;
+      if (c.divergence) kind = c.divergence->tensor.substr(0, c.divergence->tensor.find(' '));
+      return c.property + "/" + disposition_name(c.disposition) + "/" + c.api + "/" + c.cuda_error + "/" + kind;
+    }
+  return "";
+}
+
+namespace {
+
 std::string first_failing_property(const CaseReport& r) {
   for (const auto& c : r.checks)
     if (failing(c.disposition)) return c.property;
@@ -172,7 +186,8 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
   FuzzStats st;
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  auto out_of_time = [&] { return opts.time_budget_s > 0 && elapsed() >= opts.time_budget_s; };
+  auto stopped = [&] { return opts.stop != nullptr && opts.stop->load(); };
+  auto out_of_time = [&] { return stopped() || (opts.time_budget_s > 0 && elapsed() >= opts.time_budget_s); };
   const int shards = std::max(1, opts.shard_count);
   const int shard = opts.shard_index;
   std::map<std::string, std::pair<int, std::pair<int64_t, int64_t>>> findings;  // key -> count, min/max bytes
@@ -194,7 +209,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
     if (!opts.keep_going && opts.max_failures > 0 && static_cast<int>(st.failures.size()) >= opts.max_failures) break;
     const int n = std::min(kChunk, opts.cases - c * kChunk);
     const uint64_t chunk_seed = splitmix(opts.seed ^ splitmix(static_cast<uint64_t>(c) + 1));
-    std::set<std::string> shrunk;  // signatures shrunk in this chunk (--keep-going)
+    std::set<std::string> shrunk;  // buckets shrunk in this chunk (keep_going)
 
     // One RapidCheck run, or with keep_going one more after each counterexample, over the
     // chunk's remaining cases (run r > 0 has a seed of its own, so the cases stay deterministic).
@@ -206,11 +221,13 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
       std::optional<CaseReport> last_failing;
       int evaluations_in_shrink = 0;
       int ran = 0;
+      std::string first_bucket;
 
       auto prop = [&]() {
         CaseSpec spec = *gen_case(opts.gen);
         if (!shrinking && out_of_time()) return;  // budget spent: finish the run without running
         if (shrinking) {
+          if (stopped()) return;  // asked to stop: the smallest failing case so far is kept
           if (opts.shrink_limit > 0 && evaluations_in_shrink >= opts.shrink_limit) return;  // counts as passing
           ++evaluations_in_shrink;
         }
@@ -230,11 +247,13 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
             e.second.first = std::min(e.second.first, bytes);
             e.second.second = std::max(e.second.second, bytes);
           }
+          if (fails) st.buckets[bucket_of(rep)]++;
           // a failure like one this chunk already shrank is counted and reported, not shrunk again
-          if (fails && shrunk.count(signature(rep))) fails = false;
+          if (fails && shrunk.count(bucket_of(rep))) fails = false;
           if (fails) {
             shrinking = true;
             target = signature(rep);
+            first_bucket = bucket_of(rep);
           }
           std::string first = rep.first_failure();
           st.reports.push_back(std::move(rep));
@@ -275,9 +294,11 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
         cx.seed = opts.seed;
         cx.reproduce = "RC_PARAMS=\"" + reproduce_string(meta.id, failure.reproduce) + "\"";
         cx.description = failure.description;
+        cx.bucket = first_bucket;
+        cx.chunk = c;
         st.failures.push_back(std::move(cx));
         report_progress();
-        shrunk.insert(target);
+        shrunk.insert(first_bucket);
         if (!opts.keep_going) break;
       } else {
         rc::detail::Error err;

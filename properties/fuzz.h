@@ -2,6 +2,7 @@
 // failure is shrunk to a minimal case.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -28,11 +29,14 @@ struct FuzzOptions {
   // the shrunk case is the smallest failing one found so far: deterministic, unlike a time limit.
   // A framework SUT runs a case in seconds, where an unbounded shrink takes an hour.
   int shrink_limit = 0;
-  // Run every case (max_failures is then ignored): after a counterexample its chunk goes on with
+  // Run every case (the CLI's default; max_failures is then ignored): after a counterexample its chunk goes on with
   // the remaining cases; a later failure with the signature of one the chunk already shrank is
   // counted and reported but not shrunk again. A framework with known bugs fails often, and a
   // campaign that stops at the first failure of each shard never reaches its case count.
   bool keep_going = false;
+  // Set by a signal handler (harness/cli/signals.h): like a spent time budget, and a shrink in
+  // progress keeps the smallest failing case found so far. Null: never.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct Counterexample {
@@ -43,6 +47,8 @@ struct Counterexample {
   int shrinks = 0;
   uint64_t seed = 0;        // the campaign seed that found it
   std::string description;  // RapidCheck's failure description (the shrunk case's first failure)
+  std::string bucket;       // bucket_of() the case that started the shrink
+  int chunk = 0;            // the chunk it came from: duplicates across chunks keep the lowest
 };
 
 struct FuzzStats {
@@ -50,6 +56,7 @@ struct FuzzStats {
   std::map<std::string, int> by_disposition;     // "passed" -> 1980, ...
   std::map<std::string, int> classification;    // "checkpoint+capture+dropout" -> 412, "executor=per-layer" -> ...
   std::vector<std::string> findings;            // distinct non-failing findings (memory ...), with counts
+  std::map<std::string, int> buckets;           // bucket_of() -> failing cases in it
   std::vector<Counterexample> failures;
   double seconds = 0.0;
   std::vector<CaseReport> reports;               // every case's report, in order (for --report)
@@ -64,6 +71,12 @@ struct Progress {
 
 // Runs a campaign. Deterministic for a seed: the same cases, verdicts and reports (timings aside).
 FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress = {});
+
+// What identifies a distinct bug: the first failing check's property, disposition, API, CUDA error
+// and, for a divergence, the kind of quantity that diverged first (loss, grad, param):
+// "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/",
+// "recompute_on_off/incorrect///grad". "" for a case that did not fail.
+std::string bucket_of(const CaseReport& r);
 
 // After RapidCheck's shrink of a counterexample (*spec, *rep): deletes layers one at a time while
 // the case fails with the same signature (first failing property, disposition, CUDA error), at

@@ -36,6 +36,7 @@ Json campaign_summary_json(const CampaignResult& r) {
   s["by_disposition"] = r.by_disposition;
   s["classification"] = r.classification;
   s["findings"] = r.findings;
+  s["buckets"] = r.buckets;
   Json f = Json::array();
   for (const auto& x : r.failures) {
     Json j = failure_to_json(x);
@@ -68,19 +69,30 @@ void ConsoleReporter::report(const Outcome& o) {
     std::printf("  findings (not failures):\n");
     for (const auto& f : r.findings) std::printf("    %s\n", f.c_str());
   }
+  if (!r.buckets.empty()) {
+    std::printf("  buckets (failing cases by distinct bug):\n");
+    for (const auto& [k, v] : r.buckets) {
+      bool known = false;
+      for (const auto& f : r.failures) known = known || (f.bucket == k && f.known);
+      std::printf("    %6d  %s%s\n", v, k.c_str(), known ? "  (known)" : "");
+    }
+  }
   for (const auto& line : r.crashes) std::printf("  crashed: %s\n", line.c_str());
   if (r.failures.empty() && r.crashes.empty()) {
     std::printf("  no failure\n");
   } else {
     std::printf("  %zu counterexample%s:\n", r.failures.size(), r.failures.size() == 1 ? "" : "s");
     for (const auto& f : r.failures) {
-      std::printf("    %s %s: %s (%d shrinks)\n", f.property.c_str(), f.disposition.c_str(), f.reason.c_str(), f.shrinks);
+      std::printf("    %s%s %s: %s (%d shrinks)\n", f.known ? "known: " : "", f.property.c_str(), f.disposition.c_str(),
+                  f.reason.c_str(), f.shrinks);
+      if (!f.flaky.empty()) std::printf("      flaky, not written: replayed in a fresh process it gave %s\n", f.flaky.c_str());
       if (!f.corpus_path.empty()) std::printf("      written: %s\n      replay:  %s\n", f.corpus_path.c_str(),
                                               replay_command(f.corpus_path).c_str());
       if (!f.reproduce.empty()) std::printf("      reproduce: %s\n", f.reproduce.c_str());
     }
   }
   std::printf("  throughput: %.0f cases/min\n", cpm);
+  if (!o.interrupted.empty()) std::printf("  interrupted (%s): the results of the cases that ran\n", o.interrupted.c_str());
 }
 
 Json report_json(const Outcome& o) {
@@ -92,6 +104,7 @@ Json report_json(const Outcome& o) {
   Json summary = campaign ? campaign_summary_json(*campaign) : Json::object();
   if (o.coverage) summary["coverage"] = coverage_json(*o.coverage, campaign);
   summary["exit_code"] = o.exit_code;
+  if (!o.interrupted.empty()) summary["interrupted"] = o.interrupted;
   if (replays) {
     int ok = 0;
     for (const auto& r : *replays) ok += r.as_expected;

@@ -17,6 +17,10 @@ Json failure_to_json(const FailureRecord& f) {
   j["seed"] = f.seed;
   j["shrinks"] = f.shrinks;
   j["corpus_file"] = f.corpus_path;
+  j["bucket"] = f.bucket;
+  j["chunk"] = f.chunk;
+  j["known"] = f.known;
+  if (!f.flaky.empty()) j["flaky"] = f.flaky;
   if (!f.corpus_path.empty()) j["replay_command"] = replay_command(f.corpus_path);
   j["case"] = f.case_json;
   j["report"] = f.report;
@@ -34,6 +38,10 @@ FailureRecord failure_from_json(const Json& j) {
   f.seed = j.value("seed", uint64_t{0});
   f.shrinks = j.value("shrinks", 0);
   f.corpus_path = j.value("corpus_file", "");
+  f.bucket = j.value("bucket", "");
+  f.chunk = j.value("chunk", 0);
+  f.known = j.value("known", false);
+  f.flaky = j.value("flaky", "");
   f.case_json = j.value("case", Json());
   f.report = j.value("report", Json());
   return f;
@@ -46,6 +54,7 @@ Json campaign_to_json(const CampaignResult& r) {
   j["by_disposition"] = r.by_disposition;
   j["classification"] = r.classification;
   j["findings"] = r.findings;
+  j["buckets"] = r.buckets;
   j["seconds"] = r.seconds;
   j["crashes"] = r.crashes;
   Json f = Json::array();
@@ -61,6 +70,7 @@ CampaignResult campaign_from_json(const Json& j) {
   r.by_disposition = j.value("by_disposition", std::map<std::string, int>{});
   r.classification = j.value("classification", std::map<std::string, int>{});
   r.findings = j.value("findings", std::vector<std::string>{});
+  r.buckets = j.value("buckets", std::map<std::string, int>{});
   r.seconds = j.value("seconds", 0.0);
   r.crashes = j.value("crashes", std::vector<std::string>{});
   for (const auto& f : j.value("failures", Json::array())) r.failures.push_back(failure_from_json(f));
@@ -73,6 +83,7 @@ void merge_into(CampaignResult& into, CampaignResult&& from) {
   for (auto& [k, v] : from.by_disposition) into.by_disposition[k] += v;
   for (auto& [k, v] : from.classification) into.classification[k] += v;
   for (auto& f : from.findings) into.findings.push_back(f);
+  for (auto& [k, v] : from.buckets) into.buckets[k] += v;
   for (auto& c : from.reports) into.reports.push_back(std::move(c));
   for (auto& f : from.failures) into.failures.push_back(std::move(f));
   for (auto& c : from.crashes) into.crashes.push_back(std::move(c));

@@ -22,6 +22,10 @@ struct FailureRecord {
   uint64_t seed = 0;
   int shrinks = 0;
   std::string corpus_path;  // where it was written ("" before)
+  std::string bucket;       // properties::bucket_of(): what makes it a distinct bug
+  int chunk = 0;            // the campaign chunk it came from (duplicates keep the lowest)
+  bool known = false;       // its bucket is in --known-findings: reported, not a failure
+  std::string flaky;        // "" or what the shrunk case gave when replayed in a fresh process
 };
 
 struct CampaignResult {
@@ -29,6 +33,7 @@ struct CampaignResult {
   std::map<std::string, int> by_disposition;
   std::map<std::string, int> classification;
   std::vector<std::string> findings;
+  std::map<std::string, int> buckets;  // bucket -> failing cases (counterexamples or not)
   std::vector<Json> reports;
   std::vector<FailureRecord> failures;
   std::vector<std::string> crashes;  // worker processes that died: one line each (with the shard)
@@ -62,6 +67,7 @@ struct Outcome {
   const CoverageOutcome* coverage = nullptr;
   std::vector<std::string> properties;  // the properties checked, in order (JUnit lists each)
   int exit_code = 0;
+  std::string interrupted;  // the signal that cut the command short ("Terminated"), else ""
 };
 
 std::string replay_command(const std::string& path);  // "recap replay PATH"

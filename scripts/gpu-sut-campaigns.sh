@@ -9,7 +9,7 @@
 # Environment: RECAP_BIN (default .device/slim/harness/cli/recap), CAMPAIGNS (names, default all),
 # SEED (default 1), BUDGET_<name> (seconds after which no new case starts), LIMIT_<name> (a hard
 # limit), SHRINK_LIMIT (evaluations a shrink may spend, default 25), OUT (default gpu-logs). Every
-# campaign runs all its cases (--keep-going): a framework with known bugs fails often.
+# campaign runs all its cases (the default): a framework with known bugs fails often.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cases="${1:-500}"
@@ -58,7 +58,7 @@ while IFS='|' read -r name sut extra; do
   start=$(date +%s.%N)
   # shellcheck disable=SC2086
   timeout "$limit" "$bin" fuzz --sut "$sut" --backend cuda --cases "$cases" --jobs "$jobs" --seed "$seed" \
-    --time-budget "$budget" --keep-going --shrink-limit "${SHRINK_LIMIT:-25}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
+    --time-budget "$budget" --shrink-limit "${SHRINK_LIMIT:-25}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
     --corpus-dir "$out/corpus-$name" --report "$out/$name.json" >"$out/$name.log" 2>&1
   rc=$?
   end=$(date +%s.%N)

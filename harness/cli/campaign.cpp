@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "harness/cli/cli.h"
 #include "harness/cli/fault.h"
@@ -54,8 +55,11 @@ CampaignResult from_stats(const properties::FuzzStats& s) {
     f.reproduce = cx.reproduce;
     f.seed = cx.seed;
     f.shrinks = cx.shrinks;
+    f.bucket = cx.bucket;
+    f.chunk = cx.chunk;
     r.failures.push_back(std::move(f));
   }
+  r.buckets = s.buckets;
   return r;
 }
 
@@ -87,17 +91,90 @@ CampaignResult run_in_process(const CampaignOptions& o) {
 
 }  // namespace
 
+// One counterexample per bucket: chunks shrink their failures independently (so that a campaign's
+// result does not depend on how chunks are dealt to jobs), and the lowest chunk's is kept.
+void one_per_bucket(CampaignResult& r) {
+  std::stable_sort(r.failures.begin(), r.failures.end(),
+                   [](const FailureRecord& a, const FailureRecord& b) { return a.chunk < b.chunk; });
+  std::set<std::string> seen;
+  std::vector<FailureRecord> kept;
+  for (auto& f : r.failures)
+    if (f.bucket.empty() || seen.insert(f.bucket).second) kept.push_back(std::move(f));
+  r.failures = std::move(kept);
+}
+
 CampaignResult run_campaign(const CampaignOptions& o) {
-  if (o.worker_out.empty() && (o.jobs > 1 || o.isolate)) return run_workers(o);
-  auto t0 = std::chrono::steady_clock::now();
-  CampaignResult r = run_in_process(o);
-  if (r.seconds <= 0) r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CampaignResult r;
+  if (o.worker_out.empty() && (o.jobs > 1 || o.isolate)) {
+    r = run_workers(o);
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    r = run_in_process(o);
+    if (r.seconds <= 0) r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (o.worker_out.empty()) one_per_bucket(r);  // a worker's parent merges first
   return r;
+}
+
+std::set<std::string> read_known_findings(const std::string& path) {
+  std::set<std::string> known;
+  if (path.empty()) return known;
+  std::ifstream in(path);
+  if (!in) throw UsageError("--known-findings " + path + ": cannot read the file");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+    size_t start = line.find_first_not_of(' ');
+    if (start == std::string::npos || line[start] == '#') continue;
+    line = line.substr(start);
+    if (std::count(line.begin(), line.end(), '/') != 4)
+      throw UsageError("--known-findings " + path + ":" + std::to_string(n) +
+                       ": a bucket is property/disposition/api/cuda_error/quantity, got '" + line + "'");
+    known.insert(line);
+  }
+  return known;
+}
+
+int mark_known(CampaignResult& r, const std::set<std::string>& known) {
+  int unknown = 0;
+  for (auto& f : r.failures) {
+    f.known = known.count(f.bucket) > 0;
+    unknown += !f.known;
+  }
+  return unknown;
+}
+
+void confirm_failures(CampaignResult& r, const CampaignOptions& o) {
+  std::shared_ptr<sut::Sut> fresh;
+  bool started = false;
+  for (auto& f : r.failures) {
+    if (f.known) continue;
+    training::CaseSpec spec;
+    if (!training::case_from_json(f.case_json, &spec).empty()) continue;  // cannot happen: we wrote it
+    if (!started) {  // a new system under test: a new worker process (recap's runtime: a new device)
+      fresh = make_sut(o.sut, o.sut.sut, o.backend).sut;
+      started = true;
+    }
+    properties::OracleOptions oracle = o.fuzz.oracle;
+    oracle.sut = fresh;
+    const properties::CaseReport again = properties::evaluate(spec, oracle);
+    // what identified the shrunk case (its bucket may name another divergent quantity than the
+    // case the shrink started from: shrinking keeps property, disposition and error)
+    const properties::CheckResult* c = failing_check(again, f.property);
+    const std::string error = c ? c->cuda_error : "";
+    const bool same = disposition_name(again.disposition) == f.disposition && c && c->property == f.property &&
+                      c->disposition == again.disposition && error == f.error;
+    if (!same)
+      f.flaky = disposition_name(again.disposition) +
+                (again.first_failure().empty() ? "" : ": " + again.first_failure());
+  }
 }
 
 void save_failures(CampaignResult& r, const std::string& corpus_dir, bool require_memory_savings,
                    const CampaignOptions& o) {
   for (auto& f : r.failures) {
+    if (f.known) continue;  // accepted (--known-findings): reported, not written again
+    if (!f.flaky.empty()) continue;  // not a reproducer (confirm_failures)
     reports::CorpusEntry e;
     e.case_json = f.case_json;
     e.property = f.property;

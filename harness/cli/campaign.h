@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,17 @@ struct CampaignOptions {
   sut::SutInfo sut_info;           // the report's context and the corpus files record them
 };
 
+// One counterexample per bucket remains (the lowest chunk's).
 CampaignResult run_campaign(const CampaignOptions& o);
+// --known-findings: the accepted buckets of FILE (one per line, # comments); UsageError naming the
+// line for one that is not a bucket. Empty path: none.
+std::set<std::string> read_known_findings(const std::string& path);
+// Replays every shrunk counterexample (not known) once more in a fresh system under test (a new
+// worker process; recap's runtime: a new device): one that does not fail the same way (verdict and
+// bucket) is marked flaky with what it gave, and is not written as a reproducer.
+void confirm_failures(CampaignResult& r, const CampaignOptions& o);
+// Marks the counterexamples whose bucket is known; returns how many are not.
+int mark_known(CampaignResult& r, const std::set<std::string>& known);
 CampaignResult run_workers(const CampaignOptions& o);
 // What properties::fuzz found, as the reports see it.
 CampaignResult from_stats(const properties::FuzzStats& s);
@@ -77,7 +88,8 @@ struct FuzzFlags {
   bool require_memory_savings = false;
   bool no_checkpoint = false, no_dropout = false;  // generator restrictions
   int shrink_limit = 0;
-  bool keep_going = false;
+  bool keep_going = true;     // --stop-on-first clears it
+  std::string known_findings;  // --known-findings FILE: accepted buckets
   std::string dims = "auto";  // small | large | auto (large for recap's runtime on cuda, else small)
   std::vector<std::string> properties;  // --property; empty: all
   SutFlags sut;

@@ -1,11 +1,14 @@
 // recap fuzz: a property-based campaign. RapidCheck generates cases, the oracles judge them, each
 // failure is shrunk and written to the corpus with the exact replay command. Exit 0 no property
-// failed, 1 a property failed (or a case crashed), 2 bad usage or input.
+// failed, 1 a property failed (or a case crashed), 2 bad usage or input, 128 + N stopped by signal
+// N (SIGINT, SIGTERM) with the partial report and corpus written.
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
+#include "harness/cli/signals.h"
 
 namespace recap::cli {
 namespace {
@@ -15,6 +18,8 @@ int fuzz(const FuzzFlags& f) {
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);
   bool worker = !o.worker_out.empty();
+  const std::set<std::string> known = read_known_findings(f.known_findings);  // a bad file stops us first
+  install_stop_handlers();
   if (seed_random && !worker)
     std::printf("recap fuzz: seed %" PRIu64 " (random; --seed %" PRIu64 " repeats this campaign)\n", o.fuzz.seed,
                 o.fuzz.seed);
@@ -24,10 +29,16 @@ int fuzz(const FuzzFlags& f) {
     reports::write_or_throw(o.worker_out, reports::campaign_to_json(r).dump() + "\n", "--worker-out");
     return kExitOk;
   }
+  const int unknown = mark_known(r, known);
+  confirm_failures(r, o);
   save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings, o);
-  bool failed = !r.failures.empty() || !r.crashes.empty();
+  bool failed = unknown > 0 || !r.crashes.empty();
   int rc = failed ? kExitFailed : kExitOk;
   reports::Outcome out;
+  if (int sig = stop_signal()) {  // what ran is reported and written; the exit says it was cut short
+    rc = 128 + sig;
+    out.interrupted = strsignal(sig);
+  }
   out.title = "recap fuzz";
   out.context = run_context("fuzz", o, device);
   out.campaign = &r;

@@ -8,6 +8,7 @@
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
 #include "harness/cli/progress.h"
+#include "harness/cli/signals.h"
 
 namespace recap::cli {
 
@@ -39,8 +40,14 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
                   "Evaluations one shrink may spend (0: no limit); the smallest failing case found by then is kept")
       ->check(CLI::Range(0, 100000000));
   cmd->add_flag("--keep-going", f->keep_going,
-                "Run every case instead of stopping at a shard's first counterexample; each distinct failure "
-                "(property, disposition, CUDA error) is shrunk once per chunk of 100 cases, later ones only counted");
+                "Run every case (the default): each distinct failure (property, disposition, CUDA error) is shrunk "
+                "once per chunk of 100 cases, later ones are counted in its bucket");
+  cmd->add_flag("--stop-on-first{false}", f->keep_going,
+                "Stop each shard at its first counterexample (the behaviour before buckets)");
+  cmd->add_option("--known-findings", f->known_findings,
+                  "A file of accepted buckets, one per line (# comments), as the summary prints them: their "
+                  "counterexamples are reported as known and do not fail the run (like sanitizer suppressions)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--dims", f->dims,
                   "Tensor sizes drawn: small (hidden 8-64, tokens 4-64), large (hidden 64-1024, tokens 64-512) or "
                   "auto (large for recap's runtime on cuda, small otherwise: a framework runs each case and its "
@@ -87,6 +94,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.gen.no_dropout = f.no_dropout;
   o.fuzz.shrink_limit = f.shrink_limit;
   o.fuzz.keep_going = f.keep_going;
+  o.fuzz.stop = stop_flag();
   o.fuzz.oracle.properties = f.properties;
   o.sut = f.sut;
   // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent

@@ -4,10 +4,12 @@
 // failed, 2 bad usage or input.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
+#include "harness/cli/signals.h"
 #include "harness/training/spec.h"
 
 namespace recap::cli {
@@ -43,6 +45,8 @@ int gate(GateArgs a) {
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);
   reports::RunContext ctx = run_context("gate", o, device);
+  const std::set<std::string> known = read_known_findings(f.known_findings);
+  install_stop_handlers();
 
   // 1. corpus replays (each file's own expected verdict; the flag only for the fuzz budget)
   std::printf("recap gate: replaying %zu corpus case%s from %s\n", files.size(), files.size() == 1 ? "" : "s",
@@ -60,6 +64,8 @@ int gate(GateArgs a) {
 
   // 2. the fuzz budget
   CampaignResult r = run_campaign(o);
+  const int unknown = mark_known(r, known);  // the gate fails on new buckets only
+  confirm_failures(r, o);
   save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings, o);
   reports::Outcome out;
   out.title = "recap gate: fuzz";
@@ -75,12 +81,18 @@ int gate(GateArgs a) {
   for (const auto& c : cov) std::printf("  %s\n", c.c_str());
   if (cov.empty() && !a.no_coverage) std::printf("  coverage: %zu requirements met\n", reqs.size());
 
-  bool failed = differ > 0 || !r.failures.empty() || !r.crashes.empty() || !cov.empty();
+  bool failed = differ > 0 || unknown > 0 || !r.crashes.empty() || !cov.empty();
   int rc = failed ? kExitFailed : kExitOk;
-  std::printf("recap gate: %s (corpus %zu/%zu as expected, %zu counterexample%s, %zu crash%s, %zu coverage shortfall%s)\n",
-              failed ? "FAILED" : "passed", files.size() - differ, files.size(), r.failures.size(),
-              r.failures.size() == 1 ? "" : "s", r.crashes.size(), r.crashes.size() == 1 ? "" : "es", cov.size(),
-              cov.size() == 1 ? "" : "s");
+  if (int sig = stop_signal()) {
+    rc = 128 + sig;
+    out.interrupted = strsignal(sig);
+    std::printf("recap gate: interrupted (%s): partial results\n", strsignal(sig));
+  }
+  std::printf("recap gate: %s (corpus %zu/%zu as expected, %d new counterexample%s, %zu known, %zu crash%s, %zu coverage "
+              "shortfall%s)\n",
+              failed ? "FAILED" : "passed", files.size() - differ, files.size(), unknown, unknown == 1 ? "" : "s",
+              r.failures.size() - static_cast<size_t>(unknown), r.crashes.size(), r.crashes.size() == 1 ? "" : "es",
+              cov.size(), cov.size() == 1 ? "" : "s");
 
   reports::CoverageOutcome coverage{!a.no_coverage, reqs, cov};
   out.coverage = &coverage;

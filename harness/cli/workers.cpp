@@ -18,6 +18,7 @@
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
 #include "harness/cli/progress.h"
+#include "harness/cli/signals.h"
 
 extern char** environ;
 
@@ -60,8 +61,10 @@ CampaignResult run_workers(const CampaignOptions& o) {
   // split in `jobs` is shards i + n*j of n*jobs.
   int n = o.fuzz.shard_count, i = o.fuzz.shard_index;
   std::string exe = self_exe();
-  char tmpl[] = "/tmp/recap-fuzz-XXXXXX";
-  if (!mkdtemp(tmpl)) throw UsageError(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+  std::error_code tec;  // $TMPDIR, else /tmp
+  std::string tmpl = (std::filesystem::temp_directory_path(tec) / "recap-fuzz-XXXXXX").string();
+  if (tec) tmpl = "/tmp/recap-fuzz-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw UsageError("cannot create a temporary directory " + tmpl + ": " + std::strerror(errno));
   std::string dir = tmpl;
   auto t0 = std::chrono::steady_clock::now();
 
@@ -85,7 +88,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
     if (o.fuzz.gen.no_checkpoint) args.push_back("--no-checkpoint");
     if (o.fuzz.gen.no_dropout) args.push_back("--no-dropout");
-    if (o.fuzz.keep_going) args.push_back("--keep-going");
+    if (!o.fuzz.keep_going) args.push_back("--stop-on-first");
     args.push_back("--dims");
     args.push_back(o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small");
     if (o.fuzz.shrink_limit > 0) {
@@ -128,7 +131,13 @@ CampaignResult run_workers(const CampaignOptions& o) {
   std::vector<CampaignResult> parts(workers.size());
   size_t running = workers.size();
   auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  bool forwarded = false;
   while (running > 0) {
+    if (!forwarded && stop_flag()->load()) {  // each worker stops as we do and hands over what it has
+      forwarded = true;
+      for (const auto& w : workers)
+        if (!w.done) kill(w.pid, SIGTERM);
+    }
     for (size_t wi = 0; wi < workers.size(); ++wi) {
       Worker& w = workers[wi];
       if (w.done) continue;

@@ -87,6 +87,73 @@ PY
   "$recap" fuzz --backend sim --policy naive --seed 3 --cases 50 --corpus-dir found2 > /dev/null
   [ -f "found2/$(basename "$file")" ] || fail "file name not stable across runs"
   ;;
+fuzz_signal_keeps_results)
+  # SIGTERM in the middle of a campaign that would run for minutes: no new case starts, the report
+  # holds the cases that ran (in process, and with --jobs 2 whose workers get the signal too and
+  # hand over theirs), the counterexamples found so far are written, no worker is left running and
+  # the temporary folder is gone; exit 128 + 15.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  for jobs in 1 2; do
+    export TMPDIR=$PWD/tmp$jobs; mkdir -p "$TMPDIR"
+    "$recap" fuzz --backend sim --seed 2 --cases 2000000 --jobs $jobs --corpus-dir c$jobs --report r$jobs.json > out$jobs.txt 2>&1 &
+    pid=$!
+    sleep 3
+    kill -TERM $pid
+    wait $pid; rc=$?
+    [ "$rc" -eq 143 ] || { tail -5 out$jobs.txt; fail "--jobs $jobs: exit $rc, expected 143"; }
+    grep -q "interrupted (Terminated)" out$jobs.txt || { tail -5 out$jobs.txt; fail "--jobs $jobs: no interrupted line"; }
+    "$py" - r$jobs.json <<'PY' || fail "--jobs $jobs: the partial report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["summary"]
+assert s["interrupted"] == "Terminated" and s["exit_code"] == 143, (s.get("interrupted"), s["exit_code"])
+assert 0 < s["cases"] < 2000000 and len(r["cases"]) == s["cases"], s["cases"]
+assert s["failures"], "no counterexample kept (a drawn policy fails within seconds)"
+print("partial report:", s["cases"], "cases,", len(s["failures"]), "counterexamples")
+PY
+    [ -n "$(ls c$jobs)" ] || fail "--jobs $jobs: no counterexample written"
+    sleep 0.5
+    ! pgrep -f -- "--worker-out $TMPDIR" > /dev/null || fail "--jobs $jobs: a worker is still running"
+    [ -z "$(ls "$TMPDIR")" ] || fail "--jobs $jobs: left $(ls "$TMPDIR")"
+  done
+  ;;
+fuzz_buckets_and_known_findings)
+  # A drawn-policy campaign runs all 300 cases and writes one counterexample per bucket (distinct
+  # bug), the same with --jobs 2; the summary counts each bucket's failing cases. With every
+  # bucket listed in --known-findings the campaign passes and writes nothing; a line that is not
+  # a bucket is a one-line usage error; --stop-on-first stops at the first counterexample.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --corpus-dir b --report b.json > out.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat out.txt; fail "exit $rc, expected 1"; }
+  "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --jobs 2 --corpus-dir bj --report bj.json > /dev/null
+  "$py" - b.json bj.json known.txt <<'PY' || fail "buckets"
+import json, sys
+r, rj = (json.load(open(p))["summary"] for p in sys.argv[1:3])
+assert r["cases"] == 300, r["cases"]
+buckets = [f["bucket"] for f in r["failures"]]
+assert len(buckets) >= 2 and len(set(buckets)) == len(buckets), buckets
+assert set(buckets) <= set(r["buckets"]), (buckets, r["buckets"])
+assert sum(r["buckets"].values()) > len(buckets), r["buckets"]  # failing cases beyond the shrunk ones
+assert sum(r["buckets"].values()) == sum(v for k, v in r["by_disposition"].items() if k != "passed" and k != "skipped")
+assert [f["bucket"] for f in rj["failures"]] == buckets and rj["buckets"] == r["buckets"], "--jobs 2 differs"
+open(sys.argv[3], "w").write("# accepted\n" + "\n".join(r["buckets"]) + "\n")
+print(len(buckets), "buckets:", ", ".join(buckets))
+PY
+  [ "$(ls b | wc -l)" -eq "$(grep -c '^[a-z]' known.txt)" ] || { ls b; fail "one file per bucket expected"; }
+  grep -q "buckets (failing cases by distinct bug):" out.txt || fail "no bucket list in the summary"
+  "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --known-findings known.txt --corpus-dir k > out.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; fail "known findings: exit $rc, expected 0"; }
+  grep -q "(known)" out.txt || fail "known buckets not marked"
+  [ -z "$(ls k 2>/dev/null)" ] || fail "known counterexamples were written"
+  echo "capture_clean/failed" >> known.txt
+  "$recap" fuzz --backend sim --seed 2 --cases 10 --known-findings known.txt > out.txt 2> err.txt; rc=$?
+  [ "$rc" -eq 2 ] || fail "a bad known-findings line: exit $rc"
+  grep -q "known.txt:[0-9]*: a bucket is property/disposition/api/cuda_error/quantity, got 'capture_clean/failed'" err.txt ||
+    { cat err.txt; fail "the error does not name the line"; }
+  "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --stop-on-first --corpus-dir s --report s.json > /dev/null
+  "$py" -c 'import json,sys; s=json.load(open("s.json"))["summary"]; assert len(s["failures"]) == 1 and s["cases"] < 300, (len(s["failures"]), s["cases"])' ||
+    fail "--stop-on-first"
+  ;;
 fuzz_same_seed_same_report)
   # graph-safe: the campaign runs all 50 cases (a drawn policy stops at its first counterexample,
   # whose shrinking is then compared too: the second pair).
@@ -102,7 +169,7 @@ fuzz_same_seed_same_report)
   cmp -s a.canon b.canon || { diff a.canon b.canon | head -20; fail "reports differ"; }
   cmp -s c.canon d.canon || { diff c.canon d.canon | head -20; fail "reports of the drawn-policy campaign differ"; }
   echo "identical: graph-safe $(grep -c '"spec"' a.canon) cases; drawn policy $(grep -c '"spec"' c.canon) cases"
-  cmp -s f3/*.json f4/*.json 2>/dev/null || [ -z "$(ls f3)" ] || fail "counterexample files differ"
+  diff -r f3 f4 > /dev/null || fail "counterexample files differ"
   ;;
 fuzz_jobs_and_crash_isolation)
   "$recap" fuzz --backend sim --policy graph-safe --seed 5 --cases 400 --jobs 2 --corpus-dir found --report j.json > out.txt
@@ -207,14 +274,18 @@ fuzz_sut_worker_crash_is_a_case)
       garbage) grep -q "a header that is not JSON: 'garbage instead of an observation'" out.txt || { cat out.txt; fail "garbage: reason"; } ;;
     esac
     [ -s f$fault.json ] || fail "$fault: no report"
+    # replayed in a fresh worker (the fault has fired) the case passes: flaky, not a reproducer
+    grep -q "flaky, not written: replayed in a fresh process it gave passed" out.txt || { cat out.txt; fail "$fault: not flagged flaky"; }
+    [ -z "$(ls f$fault 2>/dev/null)" ] || fail "$fault: a flaky case was written to the corpus"
+    grep -q '"flaky": "passed' f$fault.json || fail "$fault: the report does not say flaky"
   done
-  echo "both faults: crashed, one line, report written"
+  echo "both faults: crashed, one line, report written, flaky and not written"
   ;;
 fuzz_sut_worker_timeout)
   # A worker that never answers (hang@4: its 4th run, case 4's own, as only capture_clean is
   # checked: one run a case) is killed after --case-timeout 2: case 4 is `crashed` with the
   # timeout's reason and the worker's stderr tail, cases 1-3 keep the verdicts of the campaign
-  # without the fault, and the campaign completes (exit 1, report written).
+  # without the fault, and the campaign completes all 30 cases (exit 1, report written).
   args="--backend sim --sut recap-worker --property capture_clean --policy graph-safe --seed 1 --cases 30"
   "$recap" fuzz $args --corpus-dir clean --report clean.json > /dev/null || fail "without the fault: exit $?"
   start=$(date +%s)
@@ -227,13 +298,14 @@ import json, sys
 hung, clean = (json.load(open(p))["cases"] for p in sys.argv[1:])
 for c in hung + clean:
     c.pop("timings", None)
-assert len(hung) == 4, len(hung)
+assert len(hung) == 30, len(hung)  # the campaign goes on after the crashed case (the default, no --stop-on-first)
 reason = hung[3]["checks"][0]["reason"]
 assert hung[3]["disposition"] == "crashed", hung[3]["disposition"]
 assert reason == ("the run threw: recap-worker worker: no reply within --case-timeout 2 s (killed); "
                   "stderr: recap worker: RECAP_FAULT_WORKER hang@4: not answering run 4"), reason
 assert hung[:3] == clean[:3], "cases 1-3 differ from the campaign without the fault"
 assert hung[3]["spec"] == clean[3]["spec"] and clean[3]["disposition"] == "passed"
+assert all(c["disposition"] == "passed" for c in hung[4:]), "a case after the crash did not pass"
 print("case 4 crashed:", reason)
 PY
   ;;

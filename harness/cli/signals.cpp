@@ -1,0 +1,34 @@
+// The stop handlers: they only set an atomic flag (async-signal-safe) and restore the default
+// action, so that a second Ctrl-C kills a campaign that is stuck in a long case.
+#include "harness/cli/signals.h"
+
+#include <csignal>
+
+namespace recap::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
+
+extern "C" void on_stop(int sig) {
+  g_signal.store(sig);
+  g_stop.store(true);
+  std::signal(sig, SIG_DFL);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a read from a worker in the middle of a case goes on: cases finish
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+const std::atomic<bool>* stop_flag() { return &g_stop; }
+
+int stop_signal() { return g_signal.load(); }
+
+}  // namespace recap::cli

@@ -1,0 +1,17 @@
+// SIGINT and SIGTERM during a campaign: no new case starts, a shrink keeps what it has, and recap
+// writes the partial report and every counterexample found so far, stops its workers and exits
+// 128 + the signal. A second signal ends the process at once (the default action).
+#pragma once
+
+#include <atomic>
+
+namespace recap::cli {
+
+// Installs the handlers (once; fuzz and gate call it before their campaign).
+void install_stop_handlers();
+// The flag the campaign polls (properties::FuzzOptions::stop); true once a signal arrived.
+const std::atomic<bool>* stop_flag();
+// The signal that asked to stop, 0 if none.
+int stop_signal();
+
+}  // namespace recap::cli
