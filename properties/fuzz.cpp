@@ -190,7 +190,6 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
   auto out_of_time = [&] { return stopped() || (opts.time_budget_s > 0 && elapsed() >= opts.time_budget_s); };
   const int shards = std::max(1, opts.shard_count);
   const int shard = opts.shard_index;
-  std::map<std::string, std::pair<int, std::pair<int64_t, int64_t>>> findings;  // key -> count, min/max bytes
 
   auto report_progress = [&] {
     if (!progress) return;
@@ -239,13 +238,9 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
           st.by_disposition[disposition_name(rep.disposition)]++;
           for (const auto& l : classify(spec)) st.classification[l]++;
           for (const auto& f : rep.findings) {
-            auto& e = findings[finding_key(f)];
             int64_t bytes = 0;
             for (const auto& k : rep.checks) bytes = std::max(bytes, k.bytes);
-            if (e.first == 0) e.second = {bytes, bytes};
-            e.first++;
-            e.second.first = std::min(e.second.first, bytes);
-            e.second.second = std::max(e.second.second, bytes);
+            reports::tally_finding(&st.finding_tallies, finding_key(f), bytes);
           }
           if (fails) st.buckets[bucket_of(rep)]++;
           // a failure like one this chunk already shrank is counted and reported, not shrunk again
@@ -257,6 +252,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
           }
           std::string first = rep.first_failure();
           st.reports.push_back(std::move(rep));
+          st.report_chunks.push_back(c);
           report_progress();
           if (fails) {
             last_failing = st.reports.back();
@@ -307,12 +303,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
       }
     }
   }
-  for (const auto& [key, e] : findings) {
-    std::string line = key + ": " + std::to_string(e.first) + (e.first == 1 ? " case" : " cases");
-    if (e.second.second > 0)
-      line += ", " + std::to_string(e.second.first) + " to " + std::to_string(e.second.second) + " bytes";
-    st.findings.push_back(line);
-  }
+  st.findings = reports::finding_lines(st.finding_tallies);
   st.seconds = elapsed();
   return st;
 }

@@ -11,6 +11,7 @@
 
 #include "properties/generators.h"
 #include "properties/oracles.h"
+#include "reports/results.h"
 
 namespace recap::properties {
 
@@ -56,10 +57,12 @@ struct FuzzStats {
   std::map<std::string, int> by_disposition;     // "passed" -> 1980, ...
   std::map<std::string, int> classification;    // "checkpoint+capture+dropout" -> 412, "executor=per-layer" -> ...
   std::vector<std::string> findings;            // distinct non-failing findings (memory ...), with counts
+  std::map<std::string, reports::FindingTally> finding_tallies;  // what `findings` says, as counts
   std::map<std::string, int> buckets;           // bucket_of() -> failing cases in it
   std::vector<Counterexample> failures;
   double seconds = 0.0;
   std::vector<CaseReport> reports;               // every case's report, in order (for --report)
+  std::vector<int> report_chunks;                // the chunk of each
 };
 
 struct Progress {

@@ -2,6 +2,8 @@
 // report's summary holds.
 #include "reports/results.h"
 
+#include <algorithm>
+
 namespace recap::reports {
 
 std::string replay_command(const std::string& path) { return "recap replay " + path; }
@@ -48,6 +50,24 @@ FailureRecord failure_from_json(const Json& j) {
 }
 
 
+void tally_finding(std::map<std::string, FindingTally>* tallies, const std::string& key, int64_t bytes) {
+  FindingTally& t = (*tallies)[key];
+  if (t.cases == 0) t.min_bytes = t.max_bytes = bytes;
+  t.cases++;
+  t.min_bytes = std::min(t.min_bytes, bytes);
+  t.max_bytes = std::max(t.max_bytes, bytes);
+}
+
+std::vector<std::string> finding_lines(const std::map<std::string, FindingTally>& tallies) {
+  std::vector<std::string> lines;
+  for (const auto& [key, t] : tallies) {
+    std::string line = key + ": " + std::to_string(t.cases) + (t.cases == 1 ? " case" : " cases");
+    if (t.max_bytes > 0) line += ", " + std::to_string(t.min_bytes) + " to " + std::to_string(t.max_bytes) + " bytes";
+    lines.push_back(line);
+  }
+  return lines;
+}
+
 Json campaign_to_json(const CampaignResult& r) {
   Json j = Json::object();
   j["cases"] = r.cases;
@@ -55,6 +75,10 @@ Json campaign_to_json(const CampaignResult& r) {
   j["classification"] = r.classification;
   j["findings"] = r.findings;
   j["buckets"] = r.buckets;
+  Json t = Json::object();
+  for (const auto& [k, v] : r.finding_tallies) t[k] = {v.cases, v.min_bytes, v.max_bytes};
+  j["finding_tallies"] = t;
+  j["report_chunks"] = r.report_chunks;
   j["seconds"] = r.seconds;
   j["crashes"] = r.crashes;
   Json f = Json::array();
@@ -71,6 +95,10 @@ CampaignResult campaign_from_json(const Json& j) {
   r.classification = j.value("classification", std::map<std::string, int>{});
   r.findings = j.value("findings", std::vector<std::string>{});
   r.buckets = j.value("buckets", std::map<std::string, int>{});
+  const Json tallies = j.value("finding_tallies", Json::object());  // a local: items() does not own it
+  for (const auto& [k, v] : tallies.items())
+    r.finding_tallies[k] = {v.at(0).get<int>(), v.at(1).get<int64_t>(), v.at(2).get<int64_t>()};
+  r.report_chunks = j.value("report_chunks", std::vector<int>{});
   r.seconds = j.value("seconds", 0.0);
   r.crashes = j.value("crashes", std::vector<std::string>{});
   for (const auto& f : j.value("failures", Json::array())) r.failures.push_back(failure_from_json(f));
@@ -82,8 +110,15 @@ void merge_into(CampaignResult& into, CampaignResult&& from) {
   into.cases += from.cases;
   for (auto& [k, v] : from.by_disposition) into.by_disposition[k] += v;
   for (auto& [k, v] : from.classification) into.classification[k] += v;
-  for (auto& f : from.findings) into.findings.push_back(f);
+  for (auto& [k, t] : from.finding_tallies) {
+    FindingTally& m = into.finding_tallies[k];
+    m.min_bytes = m.cases == 0 ? t.min_bytes : std::min(m.min_bytes, t.min_bytes);
+    m.max_bytes = m.cases == 0 ? t.max_bytes : std::max(m.max_bytes, t.max_bytes);
+    m.cases += t.cases;
+  }
+  into.findings = finding_lines(into.finding_tallies);
   for (auto& [k, v] : from.buckets) into.buckets[k] += v;
+  for (int c : from.report_chunks) into.report_chunks.push_back(c);
   for (auto& c : from.reports) into.reports.push_back(std::move(c));
   for (auto& f : from.failures) into.failures.push_back(std::move(f));
   for (auto& c : from.crashes) into.crashes.push_back(std::move(c));

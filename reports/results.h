@@ -28,13 +28,25 @@ struct FailureRecord {
   std::string flaky;        // "" or what the shrunk case gave when replayed in a fresh process
 };
 
+// A finding that is not a failure (the skip policy's lost memory, ...), tallied over the cases
+// that had it: kept as counts so that shards merge into what one process would have said.
+struct FindingTally {
+  int cases = 0;
+  int64_t min_bytes = 0, max_bytes = 0;
+};
+void tally_finding(std::map<std::string, FindingTally>* tallies, const std::string& key, int64_t bytes);
+// "memory: recompute lost inside graphs (skip): 12 cases, 4096 to 65536 bytes", in key order.
+std::vector<std::string> finding_lines(const std::map<std::string, FindingTally>& tallies);
+
 struct CampaignResult {
   int cases = 0;
   std::map<std::string, int> by_disposition;
   std::map<std::string, int> classification;
-  std::vector<std::string> findings;
+  std::vector<std::string> findings;  // finding_lines(finding_tallies)
+  std::map<std::string, FindingTally> finding_tallies;
   std::map<std::string, int> buckets;  // bucket -> failing cases (counterexamples or not)
   std::vector<Json> reports;
+  std::vector<int> report_chunks;  // the chunk of each report: shards merge into case order
   std::vector<FailureRecord> failures;
   std::vector<std::string> crashes;  // worker processes that died: one line each (with the shard)
   double seconds = 0.0;

@@ -38,6 +38,8 @@ CampaignResult from_stats(const properties::FuzzStats& s) {
   r.by_disposition = s.by_disposition;
   r.classification = s.classification;
   r.findings = s.findings;
+  r.finding_tallies = s.finding_tallies;
+  r.report_chunks = s.report_chunks;
   r.seconds = s.seconds;
   for (const auto& c : s.reports) r.reports.push_back(properties::case_report_to_json(c));
   for (const auto& cx : s.failures) {

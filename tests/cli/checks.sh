@@ -87,6 +87,24 @@ PY
   "$recap" fuzz --backend sim --policy naive --seed 3 --cases 50 --corpus-dir found2 > /dev/null
   [ -f "found2/$(basename "$file")" ] || fail "file name not stable across runs"
   ;;
+fuzz_report_independent_of_jobs)
+  # The same seed gives the same report and corpus with --jobs 1 and --jobs 3: cases in case order,
+  # one counterexample per bucket from the lowest chunk, bucket counts and finding tallies summed
+  # (a drawn policy, with counterexamples; the skip policy, with memory findings).
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  canon="$src/scripts/report-canon.py"
+  for policy in "" "--policy skip"; do
+    for j in 1 3; do
+      "$recap" fuzz --backend sim $policy --seed 7 --cases 450 --shrink-limit 5 --jobs $j --corpus-dir c$j --report r$j.json > /dev/null
+      "$py" "$canon" r$j.json > r$j.canon || fail "r$j.json: cannot read the report"
+    done
+    cmp -s r1.canon r3.canon || { diff r1.canon r3.canon | head -20; fail "${policy:-drawn policy}: --jobs 3 report differs"; }
+    { [ ! -e c1 ] && [ ! -e c3 ]; } || diff -r c1 c3 > /dev/null || fail "${policy:-drawn policy}: --jobs 3 corpus differs"
+    "$py" -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; assert s["cases"] == 450 and (s["failures"] or s["findings"]), s["cases"]; print(sys.argv[2], len(s["failures"]), "counterexamples,", s["findings"])' r1.json "${policy:-drawn}" ||
+      fail "vacuous: nothing found"
+    rm -rf c1 c3
+  done
+  ;;
 fuzz_signal_keeps_results)
   # SIGTERM in the middle of a campaign that would run for minutes: no new case starts, the report
   # holds the cases that ran (in process, and with --jobs 2 whose workers get the signal too and
