@@ -12,6 +12,7 @@
 #include "harness/cli/cli.h"
 #include "harness/cli/fault.h"
 #include "harness/cli/progress.h"
+#include "harness/cli/signals.h"
 #include "harness/training/executor.h"
 
 namespace recap::cli {
@@ -147,6 +148,7 @@ int mark_known(CampaignResult& r, const std::set<std::string>& known) {
 }
 
 void confirm_failures(CampaignResult& r, const CampaignOptions& o) {
+  if (stop_flag()->load()) return;  // asked to stop: what was found is written as it is
   std::shared_ptr<sut::Sut> fresh;
   bool started = false;
   for (auto& f : r.failures) {

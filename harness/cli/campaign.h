@@ -47,8 +47,9 @@ CampaignResult run_campaign(const CampaignOptions& o);
 // line for one that is not a bucket. Empty path: none.
 std::set<std::string> read_known_findings(const std::string& path);
 // Replays every shrunk counterexample (not known) once more in a fresh system under test (a new
-// worker process; recap's runtime: a new device): one that does not fail the same way (verdict and
-// bucket) is marked flaky with what it gave, and is not written as a reproducer.
+// worker process; recap's runtime: a new device): one that does not fail the same way (verdict,
+// property and CUDA error, as shrinking keeps them) is marked flaky with what it gave, and is not
+// written as a reproducer. Skipped after a stop signal.
 void confirm_failures(CampaignResult& r, const CampaignOptions& o);
 // Marks the counterexamples whose bucket is known; returns how many are not.
 int mark_known(CampaignResult& r, const std::set<std::string>& known);
