@@ -51,8 +51,8 @@ class Worker:
     """A worker process: the torch driver by default, or any command speaking recap.worker/1
     (`command`, e.g. `recap worker --backend sim`)."""
 
-    def __init__(self, *args: str, device: str = "cpu", command: List[str] = None):
-        env = dict(os.environ)
+    def __init__(self, *args: str, device: str = "cpu", command: List[str] = None, env_extra: dict = None):
+        env = dict(os.environ, **(env_extra or {}))
         env["PYTHONPATH"] = DRIVERS + os.pathsep + env.get("PYTHONPATH", "")
         argv = command or [sys.executable, "-m", "recap_drivers", "--sut", "torch", "--device", device, *args]
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -172,6 +172,25 @@ class GpuTest(unittest.TestCase):
                 self.assertIn(".grad()", fl["message"])
                 self.assertEqual((fl["phase"], fl["pass"], fl["layer"]), (phase, "backward", "block1"))
 
+    def test_memory_stays_flat_across_cases(self):
+        # torch caches a cuBLAS workspace (32 MiB) per (handle, stream) and make_graphed_callables
+        # warms up on a new stream per call: without the driver clearing them after each case, a
+        # worker grew by one per graph built (reports/h200/2026-12-01-sut-campaigns) and asked to
+        # retire past RECAP_WORKER_RETIRE_MIB; 8 cases of 4 graphs each stay under 96 MiB.
+        w = Worker(device="cuda", env_extra={"RECAP_WORKER_RETIRE_MIB": "96"})
+        try:
+            h, _ = w.request({"op": "hello", "protocol": "recap.worker/1"})
+            case = dict(STACK, executor="per-layer", shared_pool=False, microbatch_order=[1, 1, -1, -1],
+                        device_state=h["capabilities"]["device_state"][0])
+            frames = random_frames(case, seed=5)
+            for i in range(8):
+                r, _ = w.request({"op": "run", "id": i + 1, "case": case}, frames)
+                self.assertEqual(r["status"], "ok", r["reason"])
+                self.assertNotIn("retire", r, f"case {i + 1}: the worker's memory grew past 96 MiB")
+        finally:
+            w.send({"op": "shutdown"})
+            w.close()
+
     def test_skipped_interleaved_shared_pool(self):
         h, _ = self.run_case(dict(STACK, executor="per-layer", microbatch_order=[1, 1, -1, -1]),
                              random_frames(STACK, seed=1))
