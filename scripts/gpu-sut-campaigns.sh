@@ -4,7 +4,8 @@
 # (downloaded here into .whl/, carried there, see README) and installs each version into a folder
 # of its own, so one worker sees one version. Writes under $OUT: per campaign its report
 # (recap.report/1), its console log, the corpus files of its findings, and the replay of those
-# files on the same SUT (the same verdict is expected).
+# files and of the findings kept in corpus/frameworks/<sut>/ on the same SUT (the same verdict is
+# expected).
 #   scripts/gpu-sut-campaigns.sh [CASES] [JOBS]            # there, from the tree's root
 # Environment: RECAP_BIN (default .device/slim/harness/cli/recap), CAMPAIGNS (names, default all),
 # SEED (default 1), BUDGET_<name> (seconds after which no new case starts), LIMIT_<name> (a hard
@@ -36,15 +37,15 @@ site_of() {  # the folder megatron-core VERSION is installed in (installed once)
   echo "$dir"
 }
 
-# name | --sut | extra fuzz flags
-table="torch|torch|
-torch-no-ckpt-no-dropout|torch|--no-checkpoint --no-dropout
-megatron-0.15.3|megatron@0.15.3|
-megatron-0.19.2|megatron@0.19.2|"
+# name | --sut | extra fuzz flags | the corpus/frameworks/ folder its findings are kept in
+table="torch|torch||torch-2.11
+torch-no-ckpt-no-dropout|torch|--no-checkpoint --no-dropout|
+megatron-0.15.3|megatron@0.15.3||megatron-0.15.3
+megatron-0.19.2|megatron@0.19.2||megatron-0.19.2"
 want="${CAMPAIGNS:-torch torch-no-ckpt-no-dropout megatron-0.15.3 megatron-0.19.2}"
 
 status=0
-while IFS='|' read -r name sut extra; do
+while IFS='|' read -r name sut extra kept; do
   [[ " $want " == *" $name "* ]] || continue
   pypath="$drivers"
   if [[ "$sut" == megatron@* ]]; then
@@ -70,6 +71,12 @@ while IFS='|' read -r name sut extra; do
     "$bin" replay "$out/corpus-$name"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
       --worker-env "PYTHONPATH=$pypath" --report "$out/$name-replay.json" >"$out/$name-replay.log" 2>&1
     echo "   replay of its corpus files: exit $?; $(tail -n 1 "$out/$name-replay.log")" | tee -a "$out/summary.txt"
+  fi
+  # the findings kept in the repository replay with their verdicts too
+  if [ -n "$kept" ] && ls corpus/frameworks/"$kept"/*.json >/dev/null 2>&1; then
+    "$bin" replay corpus/frameworks/"$kept"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
+      --worker-env "PYTHONPATH=$pypath" --report "$out/$name-kept-replay.json" >"$out/$name-kept-replay.log" 2>&1
+    echo "   replay of corpus/frameworks/$kept: exit $?; $(tail -n 1 "$out/$name-kept-replay.log")" | tee -a "$out/summary.txt"
   fi
 done <<<"$table"
 exit $status
