@@ -65,6 +65,12 @@ struct SystemUnderTest {
 // exited with status 2 before answering hello; stderr: ...": a campaign against a system that
 // cannot start is bad usage, not a crashed case per case.
 SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::string& backend);
+// Output paths are checked before any work, so that a bad --report cannot hide a property failure
+// behind exit 2 after a long campaign. A file: not a folder, in an existing writable folder (an
+// existing file must be writable). A folder (--corpus-dir, made when needed): not a file, and its
+// nearest existing ancestor a writable folder. "" is not checked. UsageError naming the flag.
+void check_output_file(const std::string& flag, const std::string& path);
+void check_output_dir(const std::string& flag, const std::string& path);
 // Makes the device the --backend text asks for, or throws UsageError saying why it can't.
 std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts = {});
 

@@ -237,6 +237,7 @@ struct ReplayArgs {
 };
 
 int replay(const ReplayArgs& a) {
+  check_output_file("--report", a.report);  // before any case
   // Every file must load before any runs: a bad file is bad input (exit 2), not a failure.
   std::vector<CaseSpec> specs(a.files.size());
   std::vector<std::string> suts(a.files.size());  // the --sut value each file runs on
