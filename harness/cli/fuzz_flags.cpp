@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -23,8 +25,17 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
   cmd->add_option("--time-budget", f->time_budget, "Stop starting new cases after this many seconds (0: no limit)")
-      ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--seed", f->seed, "Campaign seed (an unsigned integer); random when absent, and then printed");
+      ->check(CLI::Range(0.0, 1e9))
+      ->check(CLI::Validator(
+          [](std::string& s) { return std::isfinite(std::strtod(s.c_str(), nullptr)) ? "" : "must be a finite number, got '" + s + "'"; },
+          "FINITE"));  // NaN passes a range check
+  cmd->add_option("--seed", f->seed, "Campaign seed (an unsigned integer); random when absent, and then printed")
+      ->check(CLI::Validator(
+          [](std::string& s) {  // digits only: stoull would take " 5" and "" would mean a random seed
+            bool ok = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+            return ok ? std::string() : "must be an unsigned integer, got '" + s + "'";
+          },
+          "UINT"));
   cmd->add_option("--policy", f->policy, "Checkpoint policy of every case: naive, skip or graph-safe (drawn when absent)")
       ->check(CLI::IsMember({"naive", "skip", "graph-safe"}));
   cmd->add_option("--jobs", f->jobs, "Worker processes on this machine (each runs a shard; a crash costs one worker)")

@@ -35,6 +35,7 @@ int gate(GateArgs a) {
   for (const auto& e : std::filesystem::directory_iterator(a.corpus, ec))
     if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
+  if (files.empty()) throw UsageError("--corpus: '" + a.corpus + "' holds no *.json case files (a gate that replays nothing passes nothing)");
   std::vector<training::CaseSpec> specs(files.size());
   for (size_t i = 0; i < files.size(); ++i) {
     std::string err = training::read_case_file(files[i], &specs[i]);
