@@ -50,12 +50,16 @@ FailureRecord failure_from_json(const Json& j) {
 }
 
 
+namespace {
+void add_tally(FindingTally* into, const FindingTally& t) {
+  into->min_bytes = into->cases == 0 ? t.min_bytes : std::min(into->min_bytes, t.min_bytes);
+  into->max_bytes = into->cases == 0 ? t.max_bytes : std::max(into->max_bytes, t.max_bytes);
+  into->cases += t.cases;
+}
+}  // namespace
+
 void tally_finding(std::map<std::string, FindingTally>* tallies, const std::string& key, int64_t bytes) {
-  FindingTally& t = (*tallies)[key];
-  if (t.cases == 0) t.min_bytes = t.max_bytes = bytes;
-  t.cases++;
-  t.min_bytes = std::min(t.min_bytes, bytes);
-  t.max_bytes = std::max(t.max_bytes, bytes);
+  add_tally(&(*tallies)[key], {1, bytes, bytes});
 }
 
 std::vector<std::string> finding_lines(const std::map<std::string, FindingTally>& tallies) {
@@ -110,12 +114,7 @@ void merge_into(CampaignResult& into, CampaignResult&& from) {
   into.cases += from.cases;
   for (auto& [k, v] : from.by_disposition) into.by_disposition[k] += v;
   for (auto& [k, v] : from.classification) into.classification[k] += v;
-  for (auto& [k, t] : from.finding_tallies) {
-    FindingTally& m = into.finding_tallies[k];
-    m.min_bytes = m.cases == 0 ? t.min_bytes : std::min(m.min_bytes, t.min_bytes);
-    m.max_bytes = m.cases == 0 ? t.max_bytes : std::max(m.max_bytes, t.max_bytes);
-    m.cases += t.cases;
-  }
+  for (auto& [k, t] : from.finding_tallies) add_tally(&into.finding_tallies[k], t);
   into.findings = finding_lines(into.finding_tallies);
   for (auto& [k, v] : from.buckets) into.buckets[k] += v;
   for (int c : from.report_chunks) into.report_chunks.push_back(c);

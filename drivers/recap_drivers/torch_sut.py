@@ -755,6 +755,7 @@ class TorchSUT:
         # bytes the allocator holds before any case: what is held above it after one is reported
         self.base_allocated = torch.cuda.memory_allocated(self.device) if self.graphs else 0
         self.retire = False  # worker.serve adds `retire` to the reply and the client replaces us
+        self.retire_bytes = int(os.environ.get("RECAP_WORKER_RETIRE_MIB", "1024")) << 20  # 0: never
         if self.graphs and os.environ.get("RECAP_LEAK_REPORT"):
             torch.cuda.memory._record_memory_history(max_entries=200000)
 
@@ -904,8 +905,7 @@ class TorchSUT:
                     print(f"recap_drivers: {held >> 20} MiB still allocated after case {c.name!r}",
                           file=sys.stderr, flush=True)
                     leak_report(held)
-                limit = int(os.environ.get("RECAP_WORKER_RETIRE_MIB", "1024")) << 20
-                self.retire = self.retire or (limit > 0 and held > limit)
+                self.retire = self.retire or (self.retire_bytes > 0 and held > self.retire_bytes)
             except Exception:
                 pass
 

@@ -198,4 +198,12 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
   }
 }
 
+int settle_failures(CampaignResult& r, const CampaignOptions& o, const std::set<std::string>& known,
+                    const std::string& corpus_dir) {
+  const int unknown = mark_known(r, known);
+  confirm_failures(r, o);
+  save_failures(r, corpus_dir, o.fuzz.oracle.require_memory_savings, o);
+  return unknown;
+}
+
 }  // namespace recap::cli

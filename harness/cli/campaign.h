@@ -62,6 +62,12 @@ CampaignResult from_stats(const properties::FuzzStats& s);
 void save_failures(CampaignResult& r, const std::string& corpus_dir, bool require_memory_savings,
                    const CampaignOptions& o);
 
+// What fuzz and gate do with a campaign's counterexamples, in this order: mark the known ones,
+// confirm the others in a fresh system, write the confirmed ones to corpus_dir. Returns how many
+// are not known (the exit code's failures).
+int settle_failures(CampaignResult& r, const CampaignOptions& o, const std::set<std::string>& known,
+                    const std::string& corpus_dir);
+
 // Parses "i/n" (0 <= i < n); throws UsageError naming the flag.
 void parse_shard(const std::string& text, int* index, int* count);
 // --shard, else GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS (and touches GTEST_SHARD_STATUS_FILE).

@@ -4,7 +4,6 @@
 // N (SIGINT, SIGTERM) with the partial report and corpus written.
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
@@ -29,16 +28,11 @@ int fuzz(const FuzzFlags& f) {
     reports::write_or_throw(o.worker_out, reports::campaign_to_json(r).dump() + "\n", "--worker-out");
     return kExitOk;
   }
-  const int unknown = mark_known(r, known);
-  confirm_failures(r, o);
-  save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings, o);
+  const int unknown = settle_failures(r, o, known, f.corpus_dir);
   bool failed = unknown > 0 || !r.crashes.empty();
-  int rc = failed ? kExitFailed : kExitOk;
   reports::Outcome out;
-  if (int sig = stop_signal()) {  // what ran is reported and written; the exit says it was cut short
-    rc = 128 + sig;
-    out.interrupted = strsignal(sig);
-  }
+  // what ran is reported and written; the exit says when it was cut short
+  int rc = exit_code_after_stop(failed ? kExitFailed : kExitOk, &out.interrupted);
   out.title = "recap fuzz";
   out.context = run_context("fuzz", o, device);
   out.campaign = &r;

@@ -4,7 +4,6 @@
 // failed, 2 bad usage or input.
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "harness/cli/campaign.h"
@@ -65,9 +64,7 @@ int gate(GateArgs a) {
 
   // 2. the fuzz budget
   CampaignResult r = run_campaign(o);
-  const int unknown = mark_known(r, known);  // the gate fails on new buckets only
-  confirm_failures(r, o);
-  save_failures(r, f.corpus_dir, o.fuzz.oracle.require_memory_savings, o);
+  const int unknown = settle_failures(r, o, known, f.corpus_dir);  // the gate fails on new buckets only
   reports::Outcome out;
   out.title = "recap gate: fuzz";
   out.context = ctx;
@@ -83,12 +80,8 @@ int gate(GateArgs a) {
   if (cov.empty() && !a.no_coverage) std::printf("  coverage: %zu requirements met\n", reqs.size());
 
   bool failed = differ > 0 || unknown > 0 || !r.crashes.empty() || !cov.empty();
-  int rc = failed ? kExitFailed : kExitOk;
-  if (int sig = stop_signal()) {
-    rc = 128 + sig;
-    out.interrupted = strsignal(sig);
-    std::printf("recap gate: interrupted (%s): partial results\n", strsignal(sig));
-  }
+  int rc = exit_code_after_stop(failed ? kExitFailed : kExitOk, &out.interrupted);
+  if (!out.interrupted.empty()) std::printf("recap gate: interrupted (%s): partial results\n", out.interrupted.c_str());
   std::printf("recap gate: %s (corpus %zu/%zu as expected, %d new counterexample%s, %zu known, %zu crash%s, %zu coverage "
               "shortfall%s)\n",
               failed ? "FAILED" : "passed", files.size() - differ, files.size(), unknown, unknown == 1 ? "" : "s",

@@ -3,6 +3,7 @@
 #include "harness/cli/signals.h"
 
 #include <csignal>
+#include <cstring>
 
 namespace recap::cli {
 namespace {
@@ -30,5 +31,12 @@ void install_stop_handlers() {
 const std::atomic<bool>* stop_flag() { return &g_stop; }
 
 int stop_signal() { return g_signal.load(); }
+
+int exit_code_after_stop(int rc, std::string* interrupted) {
+  const int sig = stop_signal();
+  if (sig == 0) return rc;
+  *interrupted = strsignal(sig);
+  return 128 + sig;
+}
 
 }  // namespace recap::cli

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <string>
 
 namespace recap::cli {
 
@@ -13,5 +14,8 @@ void install_stop_handlers();
 const std::atomic<bool>* stop_flag();
 // The signal that asked to stop, 0 if none.
 int stop_signal();
+// A command's exit code once its results are written: 128 + the signal when one cut it short (and
+// *interrupted says which), else `rc`.
+int exit_code_after_stop(int rc, std::string* interrupted);
 
 }  // namespace recap::cli

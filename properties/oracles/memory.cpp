@@ -53,42 +53,38 @@ CheckResult judge(Runs& runs) {
       int64_t mine = activations_peak_in_graphs(r);
       runs.report().memory["no_checkpoint_activations_peak_in_graphs"] = base;
       runs.report().memory["activations_peak_in_graphs"] = mine;
+      const int64_t elt = spec.model.dtype == models::DType::BF16 ? 2 : 4;
+      const int64_t input = static_cast<int64_t>(spec.model.tokens) * spec.model.hidden * elt;  // one [tokens, hidden]
+      // The skip policy's lost saving: a finding, or a failure with --require-memory-savings.
+      auto lost_saving = [&](int64_t bytes, const std::string& what) {
+        c.bytes = bytes;
+        if (runs.options().require_memory_savings)
+          problems.push_back(what.substr(8));
+        else
+          runs.report().findings.push_back(what);
+      };
       if (spec.policy == CheckpointPolicy::Skip) {
         // What recompute would have saved: the same case under graph-safe.
         const Run& gs = runs.graph_safe_twin();
         if (twin_trouble("", gs).empty() && gs.result->captured) {
           int64_t want = activations_peak_in_graphs(*gs.result);
           runs.report().memory["graph_safe_activations_peak_in_graphs"] = want;
-          if (mine > want) {
-            std::string what = "memory: recompute lost inside graphs (skip): " + std::to_string(mine - want) +
-                               " bytes of activations (peak " + std::to_string(mine) + " B vs " +
-                               std::to_string(want) + " B under graph-safe, " + std::to_string(base) +
-                               " B without checkpoints)";
-            c.bytes = mine - want;
-            if (runs.options().require_memory_savings)
-              problems.push_back(what.substr(8));
-            else
-              runs.report().findings.push_back(what);
-          }
+          if (mine > want)
+            lost_saving(mine - want, "memory: recompute lost inside graphs (skip): " + std::to_string(mine - want) +
+                                         " bytes of activations (peak " + std::to_string(mine) + " B vs " +
+                                         std::to_string(want) + " B under graph-safe, " + std::to_string(base) +
+                                         " B without checkpoints)");
         } else if (mine >= base) {
           // No graph-safe twin (a framework after Megatron-LM PR #3919 runs only skip): inside
           // graphs the case holds what it holds without checkpoints, so it lost everything but
           // the checkpointed regions' inputs, which recompute would have kept.
-          const int64_t elt = spec.model.dtype == models::DType::BF16 ? 2 : 4;
-          const int64_t inputs = static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches *
-                                 spec.model.tokens * spec.model.hidden * elt;
+          const int64_t inputs = static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * input;
           const int64_t lost = std::max<int64_t>(0, mine - inputs);
-          if (lost > 0) {
-            std::string what = "memory: recompute lost inside graphs (skip): " + std::to_string(lost) +
-                               " bytes of activations (peak " + std::to_string(mine) + " B inside graphs, " +
-                               std::to_string(base) + " B without checkpoints; the checkpoints' inputs are " +
-                               std::to_string(inputs) + " B; no graph-safe twin: " + twin_trouble("it", gs) + ")";
-            c.bytes = lost;
-            if (runs.options().require_memory_savings)
-              problems.push_back(what.substr(8));
-            else
-              runs.report().findings.push_back(what);
-          }
+          if (lost > 0)
+            lost_saving(lost, "memory: recompute lost inside graphs (skip): " + std::to_string(lost) +
+                                  " bytes of activations (peak " + std::to_string(mine) + " B inside graphs, " +
+                                  std::to_string(base) + " B without checkpoints; the checkpoints' inputs are " +
+                                  std::to_string(inputs) + " B; no graph-safe twin: " + twin_trouble("it", gs) + ")");
         }
       } else if (spec.policy == CheckpointPolicy::GraphSafe) {
         // Prediction (an upper bound): inside graphs, per microbatch, each checkpoint holds its
@@ -96,8 +92,6 @@ CheckResult judge(Runs& runs) {
         // region's recomputed activations are live (at most what the baseline saves), besides
         // what the unchecked layers save (at most the baseline). More than that means recompute
         // keeps what it should have freed.
-        const int64_t elt = spec.model.dtype == models::DType::BF16 ? 2 : 4;
-        const int64_t input = static_cast<int64_t>(spec.model.tokens) * spec.model.hidden * elt;
         int64_t bound = 2 * base + static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * (input + 16);
         runs.report().memory["predicted_max_activations_peak_in_graphs"] = bound;
         if (mine > bound)

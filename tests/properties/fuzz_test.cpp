@@ -52,11 +52,17 @@ Json stripped(const FuzzStats& st) {
   return j;
 }
 
-TEST(Fuzz, NaiveFindsTheCaptureFailureAndShrinksItToOneLayer) {
+// Seed 1 under the naive policy: its first chunk fails within a few cases.
+FuzzOptions naive_campaign(int cases) {
   FuzzOptions o;
   o.seed = 1;
-  o.cases = 50;
+  o.cases = cases;
   o.gen.policy = training::CheckpointPolicy::Naive;
+  return o;
+}
+
+TEST(Fuzz, NaiveFindsTheCaptureFailureAndShrinksItToOneLayer) {
+  FuzzOptions o = naive_campaign(50);
   FuzzStats st = fuzz(o);
   ASSERT_EQ(st.failures.size(), 1u);
   EXPECT_LE(st.cases, 50);
@@ -177,10 +183,7 @@ TEST(Fuzz, TimeBudgetStopsTheCampaign) {
 // case found by then, which still fails the same way; without the limit the same campaign shrinks
 // further (non-vacuity), and the limit is deterministic (same seed, same case).
 TEST(Fuzz, ShrinkLimitBoundsTheShrink) {
-  FuzzOptions o;
-  o.seed = 1;
-  o.cases = 50;
-  o.gen.policy = training::CheckpointPolicy::Naive;
+  FuzzOptions o = naive_campaign(50);
   FuzzStats full = fuzz(o);
   ASSERT_EQ(full.failures.size(), 1u);
   o.shrink_limit = 2;
@@ -198,10 +201,7 @@ TEST(Fuzz, ShrinkLimitBoundsTheShrink) {
 // a failure like one already shrunk in its chunk is counted, not shrunk again: more failing cases
 // than counterexamples, no two counterexamples of a chunk with one signature. Deterministic.
 TEST(Fuzz, KeepGoingRunsEveryCaseAndShrinksEachSignatureOnce) {
-  FuzzOptions o;
-  o.seed = 1;
-  o.cases = 150;  // two chunks
-  o.gen.policy = training::CheckpointPolicy::Naive;
+  FuzzOptions o = naive_campaign(150);  // two chunks
   o.shrink_limit = 3;
   FuzzStats first = fuzz(o);
   ASSERT_EQ(first.failures.size(), 1u);
