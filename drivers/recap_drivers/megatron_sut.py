@@ -33,7 +33,8 @@ what they were when the step's backwards ended (finalize_model_grads_func, a use
 calls right before it), so its warmup draws do not shift the replays' masks against the eager twin
 (as the torch driver does around make_graphed_callables); Megatron's class-level graph state
 (_CudagraphGlobalRecord, CudaGraphManager pools, FullCudaGraphWrapper, StaticBufferLoader) is
-reset between cases with delete_cuda_graphs() and by clearing the wrapper's dicts.
+reset between cases with delete_cuda_graphs() and by clearing the wrapper's dicts; the graph-pool
+uses Megatron takes and never releases are given back (pool_uses.py, finding M6).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from . import case as case_mod
 from . import layers as layers_mod
 from . import observe
 from . import torch_sut
+from .pool_uses import PoolUses
 from .torch_sut import Runner, RunRecord, StepRecord, TorchSUT
 
 ROLE_TO_MODULE = {"attn_core": "core_attn", "mlp": "mlp", "norm": "layernorm"}
@@ -715,6 +717,7 @@ class MegatronSUT(TorchSUT):
             raise RuntimeError("megatron-core needs CUDA: its RNG tracker and schedules call torch.cuda "
                                "(model_parallel_cuda_manual_seed, forward_backward_no_pipelining)")
         self.api = _Api()
+        self.pool_uses = PoolUses(torch._C)  # M6: Megatron's unreleased graph-pool uses (pool_uses.py)
         self._init_parallel()
         observe.site_resolver = resolve_site
 
@@ -861,6 +864,9 @@ class MegatronSUT(TorchSUT):
             api.cuda_graphs.delete_cuda_graphs()
         except Exception:
             pass
+        given = self.pool_uses.give_back()  # the pool's segments go at after_case's empty_cache
+        if given and os.environ.get("RECAP_MEMORY_TRACE"):
+            print(f"recap_drivers: gave back {given} graph-pool uses Megatron left open", file=sys.stderr, flush=True)
         fcg = api.full_cuda_graph
         try:
             fcg.FullCudaGraphWrapper.curr_iteration = {"training": 0, "validation": 0}

@@ -68,6 +68,55 @@ def collect_between_cases():
     gc.collect()
 
 
+_holder_shown = False
+
+
+def _holder_chain(obj, mine, depth: int = 6) -> str:
+    """The types on one path of referrers from `obj` up (who keeps it alive), skipping frames
+    and `mine` (the caller's list that holds `obj`)."""
+    chain, seen = [], {id(obj), id(mine)}
+    for _ in range(depth):
+        refs = [r for r in gc.get_referrers(obj) if id(r) not in seen and not inspect.isframe(r)]
+        if not refs:
+            break
+        obj = refs[0]
+        seen.update((id(obj), id(refs)))
+        name = type(obj).__name__
+        if isinstance(obj, dict):  # an instance's __dict__ or a module's globals: say whose
+            owner = [r for r in gc.get_referrers(obj) if getattr(r, "__dict__", None) is obj]
+            name = f"dict of {type(owner[0]).__name__}" if owner else ("globals of " + obj["__name__"]
+                                                                       if "__name__" in obj else "dict")
+        chain.append(name)
+    return " < ".join(chain)
+
+
+def release_stray_graphs(trace: bool = False) -> int:
+    """Resets the CUDA graphs still alive after a case and returns how many there were. Between
+    cases no graph may run, but a framework global can keep a finished case's graphs referenced
+    (megatron-core 0.19.2 on the H200: 6 more alive after each per-layer case, their pools
+    reserved, up to out-of-memory errors in later cases); reset() gives the pool back."""
+    global _holder_shown
+    stray = [o for o in gc.get_objects() if isinstance(o, torch.cuda.CUDAGraph)]
+    if stray and trace and not _holder_shown:
+        _holder_shown = True
+        print(f"recap_drivers: a CUDA graph alive after its case is held by: CUDAGraph < {_holder_chain(stray[0], stray)}",
+              file=sys.stderr, flush=True)
+    for g in stray:
+        g.reset()
+    return len(stray)
+
+
+def memory_trace(device, name: str, held: int, stray: int):
+    """With RECAP_MEMORY_TRACE=1: after each case, one stderr line with what the allocator holds,
+    how much of it sits in graph pools, and how many graphs outlived the case (a leak's shape)."""
+    pools = sum(s["allocated_size"] for s in torch.cuda.memory_snapshot()
+                if s.get("segment_pool_id", (0, 0)) != (0, 0))
+    print(f"recap_drivers: memory after case {name!r}: held {held >> 20} MiB, allocated "
+          f"{torch.cuda.memory_allocated(device) >> 20} MiB, in graph pools {pools >> 20} MiB, reserved "
+          f"{torch.cuda.memory_reserved(device) >> 20} MiB, {stray} CUDA graphs outlived it (reset)",
+          file=sys.stderr, flush=True)
+
+
 _leak_reported = False
 
 
@@ -754,6 +803,7 @@ class TorchSUT:
                 torch.cuda.set_per_process_memory_fraction(float(frac))  # the current device
         # bytes the allocator holds before any case: what is held above it after one is reported
         self.base_allocated = torch.cuda.memory_allocated(self.device) if self.graphs else 0
+        self.base_reserved = torch.cuda.memory_reserved(self.device) if self.graphs else 0
         self.retire = False  # worker.serve adds `retire` to the reply and the client replaces us
         self.retire_bytes = int(os.environ.get("RECAP_WORKER_RETIRE_MIB", "1024")) << 20  # 0: never
         if self.graphs and os.environ.get("RECAP_LEAK_REPORT"):
@@ -899,15 +949,23 @@ class TorchSUT:
             try:
                 torch.cuda.synchronize()
                 self._clear_cublas_workspaces()
+                trace = bool(os.environ.get("RECAP_MEMORY_TRACE"))
+                stray = release_stray_graphs(trace)
                 torch.cuda.empty_cache()
-                held = torch.cuda.memory_allocated(self.device) - self.base_allocated
+                # a graph's pool keeps its segments reserved with nothing allocated in them: judge both
+                held = max(torch.cuda.memory_allocated(self.device) - self.base_allocated,
+                           torch.cuda.memory_reserved(self.device) - self.base_reserved)
                 if held > (64 << 20):  # a leak across cases: on stderr, the campaign log keeps it
-                    print(f"recap_drivers: {held >> 20} MiB still allocated after case {c.name!r}",
+                    print(f"recap_drivers: {held >> 20} MiB still allocated or reserved after case {c.name!r}",
                           file=sys.stderr, flush=True)
                     leak_report(held)
                 self.retire = self.retire or (self.retire_bytes > 0 and held > self.retire_bytes)
-            except Exception:
-                pass
+                if trace:
+                    memory_trace(self.device, c.name, held, stray)
+            except Exception as e:  # never silent: a failing check here hid a leak once
+                print(f"recap_drivers: after case {c.name!r}: {type(e).__name__}: {e}"[:300],
+                      file=sys.stderr, flush=True)
+                self.retire = True  # the process's state is unknown: start a fresh one
 
     def _reply(self, rid, rec: RunRecord, status: str, mask_frames: bool, t0: float) -> Tuple[dict, List[Frame]]:
         from .observe import _tensor_bytes
