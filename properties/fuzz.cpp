@@ -243,6 +243,10 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
             reports::tally_finding(&st.finding_tallies, finding_key(f), bytes);
           }
           if (fails) st.buckets[bucket_of(rep)]++;
+          if (fails && st.first_failure_case == 0) {
+            st.first_failure_case = st.cases;
+            st.first_failure_s = elapsed();
+          }
           // a failure like one this chunk already shrank is counted and reported, not shrunk again
           if (fails && shrunk.count(bucket_of(rep))) fails = false;
           if (fails) {

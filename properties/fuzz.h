@@ -61,6 +61,8 @@ struct FuzzStats {
   std::map<std::string, int> buckets;           // bucket_of() -> failing cases in it
   std::vector<Counterexample> failures;
   double seconds = 0.0;
+  int first_failure_case = 0;                    // cases run when the first failing one ran (0: none)
+  double first_failure_s = -1.0;                 // seconds from the start to its verdict (-1: none)
   std::vector<CaseReport> reports;               // every case's report, in order (for --report)
   std::vector<int> report_chunks;                // the chunk of each
 };

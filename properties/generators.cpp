@@ -292,6 +292,7 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
       }
       if (config.no_dropout) s.model.layers[i].dropout = 0.0f;
     }
+    s.faults = config.faults;
     fit_to_sut(s, caps);
     return s;
   });

@@ -36,6 +36,8 @@ struct GenConfig {
   // (checkpoint none) and without dropout. Off: the draws are unchanged.
   bool no_checkpoint = false;
   bool no_dropout = false;
+  // Fault points every drawn case carries (CaseSpec::faults; recap mutants, --fault). Empty: none.
+  std::vector<std::string> faults;
 };
 
 // A valid case covering the whole configuration space of the system under test. Throws

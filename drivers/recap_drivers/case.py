@@ -29,7 +29,8 @@ SELECTIVE_ROLES = ["attn_core", "mlp", "norm"]
 
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",
-             "microbatch_order", "generator", "device_state", "warmup_backward", "shared_pool", "seeds", "lr"}
+             "microbatch_order", "generator", "device_state", "warmup_backward", "shared_pool", "seeds", "lr",
+             "faults"}
 LAYER_KEYS = {"kind", "heads", "ffn_hidden", "dropout", "checkpoint", "checkpoint_modules", "graphed"}
 
 
@@ -85,6 +86,7 @@ class Case:
     seed_rng: int = 3
     lr: float = _f32(0.05)
     expected: Any = None
+    faults: List[str] = field(default_factory=list)  # recap's runtime's fault points; frameworks have none
     raw: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -238,6 +240,10 @@ def parse_case(j: Any, extension_styles: List[str] = ()) -> Case:
     if "description" in j:
         c.description = _str(j["description"], "description")
     c.expected = j.get("expected")
+    if "faults" in j:  # recap's own fault points (docs/faults.md): kept, so the driver can skip the case
+        if not isinstance(j["faults"], list) or not all(isinstance(x, str) for x in j["faults"]):
+            _fail("faults", f"expected an array of fault names, got {_type_of(j['faults'])}")
+        c.faults = list(j["faults"])
     if "hidden" in j:
         c.hidden = _int(j["hidden"], "hidden")
     if "tokens" in j:

@@ -813,6 +813,8 @@ class MegatronSUT(TorchSUT):
         return out, graphed, ""
 
     def why_skipped(self, c: case_mod.Case) -> str:
+        if c.faults:
+            return f"faults {', '.join(c.faults)}: fault points are recap's own runtime's (docs/faults.md)"
         if c.executor != "eager" and self.device.type != "cuda":
             return "executor: Megatron's graphs need CUDA"
         if c.any_checkpoint() and c.checkpoint_style != "reentrant":

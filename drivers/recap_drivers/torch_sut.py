@@ -863,6 +863,8 @@ class TorchSUT:
     def why_skipped(self, c: case_mod.Case) -> str:
         """"" when the case runs here, else one line: the dimension and why torch cannot run it.
         A dimension that has no effect on the case (recap ignores it too) is not a reason."""
+        if c.faults:
+            return f"faults {', '.join(c.faults)}: fault points are recap's own runtime's (docs/faults.md)"
         if c.executor not in self.capabilities()["executor"]:
             return (f"executor {c.executor}: needs CUDA graphs, this worker runs on {self.device_name()} "
                     f"(torch.cuda.is_available() is {torch.cuda.is_available()})")

@@ -244,6 +244,7 @@ class TorchDriverTest(unittest.TestCase):
             "policy skip": dict(BASE, policy="skip"),
             "policy graph-safe": dict(BASE, policy="graph-safe"),
             "generator host": dict(BASE, generator="host"),
+            "faults static-input-stale": dict(BASE, faults=["static-input-stale"]),  # recap's runtime's only
         }
         for want, case in cases.items():
             with self.subTest(want):

@@ -1,10 +1,13 @@
 // A campaign in this process (properties::fuzz with the progress line and the fault point), or
 // over worker processes (workers.cpp); and what it found, written to the corpus.
 #include "harness/cli/campaign.h"
+#include "harness/base/json_read.h"
+#include "harness/runtime/phase.h"
 
 #include <unistd.h>
 
 #include <chrono>
+#include <sstream>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -122,8 +125,10 @@ CampaignResult run_campaign(const CampaignOptions& o) {
 std::set<std::string> read_known_findings(const std::string& path) {
   std::set<std::string> known;
   if (path.empty()) return known;
-  std::ifstream in(path);
-  if (!in) throw UsageError("--known-findings " + path + ": cannot read the file");
+  std::string text;
+  if (std::string err = read_bounded_file(path, size_t{1} << 20, &text); !err.empty())
+    throw UsageError("--known-findings: " + err);
+  std::istringstream in(text);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
@@ -161,6 +166,9 @@ void confirm_failures(CampaignResult& r, const CampaignOptions& o) {
     }
     properties::OracleOptions oracle = o.fuzz.oracle;
     oracle.sut = fresh;
+    // recap's runtime in this process: fresh also means the thread's phase flags as a new process
+    // has them (a fault point, phase-flag-leak, leaves them set for every later case)
+    if (!fresh) runtime::reset_phase_flags();
     const properties::CaseReport again = properties::evaluate(spec, oracle);
     // what identified the shrunk case (its bucket may name another divergent quantity than the
     // case the shrink started from: shrinking keeps property, disposition and error)

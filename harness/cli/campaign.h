@@ -94,6 +94,7 @@ struct FuzzFlags {
   std::string report, corpus_dir = "corpus/found", junit, worker_out;
   bool require_memory_savings = false;
   bool no_checkpoint = false, no_dropout = false;  // generator restrictions
+  std::vector<std::string> faults;                 // --fault NAME: fault points every case carries
   int shrink_limit = 0;
   bool keep_going = true;     // --stop-on-first clears it
   std::string known_findings;  // --known-findings FILE: accepted buckets

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "harness/cli/campaign.h"
+#include "harness/runtime/faults.h"
 #include "harness/cli/cli.h"
 #include "harness/cli/progress.h"
 #include "harness/cli/signals.h"
@@ -50,6 +51,9 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   cmd->add_option("--junit", f->junit, "Write JUnit XML here (one test case per property)");
   cmd->add_flag("--no-checkpoint", f->no_checkpoint, "Draw every layer unchecked (campaigns that judge graphs alone)");
   cmd->add_flag("--no-dropout", f->no_dropout, "Draw every layer without dropout");
+  cmd->add_option("--fault", f->faults,
+                  "Turn on a fault point (repeatable): a named broken mechanism of recap's runtime, written into "
+                  "every case and its corpus file (docs/faults.md; recap mutants runs one campaign per fault)");
   cmd->add_option("--shrink-limit", f->shrink_limit,
                   "Evaluations one shrink may spend (0: no limit); the smallest failing case found by then is kept")
       ->check(CLI::Range(0, 100000000));
@@ -138,6 +142,13 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.oracle.require_memory_savings = f.require_memory_savings;
   o.fuzz.gen.no_checkpoint = f.no_checkpoint;
   o.fuzz.gen.no_dropout = f.no_dropout;
+  {
+    uint64_t mask = 0;
+    if (std::string e = runtime::fault_mask_of(f.faults, &mask); !e.empty()) throw UsageError("--fault: " + e);
+    if (!f.faults.empty() && f.sut.sut != "recap")
+      throw UsageError("--fault: fault points are recap's own runtime's; --sut " + f.sut.sut + " has none");
+    o.fuzz.gen.faults = f.faults;
+  }
   o.fuzz.shrink_limit = f.shrink_limit;
   o.fuzz.keep_going = f.keep_going;
   o.fuzz.stop = stop_flag();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "harness/base/json_read.h"
 #include "harness/cli/cli.h"
 #include "properties/oracles.h"
 #include "reports/reporter.h"
@@ -150,6 +151,10 @@ std::unique_ptr<device::Device> open_device(const std::string& backend, const de
 
 }  // namespace recap::cli
 
+// Every exit-2 message is one line of at most 300 bytes with its "recap: error: " prefix: echoed
+// input (a path, a value from a file) is escaped and cut (json_read.h, one_line).
+constexpr size_t kMessageBytes = 300 - 14;
+
 int main(int argc, char** argv) {
   using namespace recap::cli;
   CLI::App app{
@@ -165,6 +170,7 @@ int main(int argc, char** argv) {
   add_replay_command(app, &run);
   add_gate_command(app, &run);
   add_worker_command(app, &run);
+  add_mutants_command(app, &run);
 
   // An unknown command: CLI11 would only say "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
@@ -189,16 +195,16 @@ int main(int argc, char** argv) {
     std::string what = e.what();
     for (char& c : what)
       if (c == '\n') c = ' ';
-    std::fprintf(stderr, "recap: error: %s (see recap --help)\n", what.c_str());
+    std::fprintf(stderr, "recap: error: %s (see recap --help)\n", recap::one_line(what, kMessageBytes - 16).c_str());
     return kExitUsage;
   }
   try {
     return run();
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "recap: error: %s\n", e.what());
+    std::fprintf(stderr, "recap: error: %s\n", recap::one_line(e.what(), kMessageBytes).c_str());
     return kExitUsage;
   } catch (const recap::reports::WriteError& e) {
-    std::fprintf(stderr, "recap: error: %s\n", e.what());
+    std::fprintf(stderr, "recap: error: %s\n", recap::one_line(e.what(), kMessageBytes).c_str());
     return kExitUsage;
   }
 }

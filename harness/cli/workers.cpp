@@ -89,6 +89,10 @@ CampaignResult run_workers(const CampaignOptions& o) {
     if (o.fuzz.oracle.require_memory_savings) args.push_back("--require-memory-savings");
     if (o.fuzz.gen.no_checkpoint) args.push_back("--no-checkpoint");
     if (o.fuzz.gen.no_dropout) args.push_back("--no-dropout");
+    for (const std::string& f : o.fuzz.gen.faults) {
+      args.push_back("--fault");
+      args.push_back(f);
+    }
     if (!o.fuzz.keep_going) args.push_back("--stop-on-first");
     args.push_back("--dims");
     args.push_back(o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small");

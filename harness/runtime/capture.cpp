@@ -1,5 +1,9 @@
 #include "harness/runtime/capture.h"
 
+#include <optional>
+
+#include "harness/runtime/faults.h"
+
 namespace recap::runtime {
 
 void abandon_capture(device::Device& dev, device::Stream origin) {
@@ -13,9 +17,49 @@ void abandon_capture(device::Device& dev, device::Stream origin) {
   dev.get_last_error();
 }
 
+namespace {
+
+// alloc-in-capture (bug class 14): a plain cudaMalloc between begin and end capture.
+void fault_alloc_in_capture(device::Device& dev, const std::string& what) {
+  void* p = nullptr;
+  device::Status s = dev.malloc(&p, 256, device::MemCategory::Other);
+  if (!device::ok(s)) throw DeviceError("cudaMalloc", s, what);
+  dev.free(p);
+}
+
+// side-stream-unjoined (bug class 15): the capture forks work to a side stream (an event recorded
+// on the capturing stream, waited on by the side stream) and never joins it back.
+struct UnjoinedFork {
+  device::Device& dev;
+  device::Stream side{};
+  device::Event fork{};
+  void* buf = nullptr;
+  explicit UnjoinedFork(device::Device& d) : dev(d) {
+    dev.stream_create(&side, true);
+    dev.event_create(&fork);
+    dev.malloc(&buf, 256, device::MemCategory::Other);
+  }
+  void run(device::Stream capturing) {
+    dev.event_record(fork, capturing);
+    dev.stream_wait_event(side, fork);
+    dev.memset_async(buf, 0, 256, side);
+  }
+  ~UnjoinedFork() {
+    dev.device_synchronize();
+    dev.free(buf);
+    dev.event_destroy(fork);
+    dev.stream_destroy(side);
+    dev.get_last_error();
+  }
+};
+
+}  // namespace
+
 CapturedGraph capture_graph(device::Device& dev, Allocator& alloc, RngTracker& rng, device::Stream stream, PoolId pool,
                             const std::string& what, const std::function<void()>& body) {
   CapturedGraph out;
+  std::optional<UnjoinedFork> unjoined;
+  if (fault_on(Fault::SideStreamUnjoined)) unjoined.emplace(dev);
   rng.capture_begin();
   device::Status s = dev.stream_begin_capture(stream, device::CaptureMode::Global);
   if (!device::ok(s)) {
@@ -24,7 +68,9 @@ CapturedGraph capture_graph(device::Device& dev, Allocator& alloc, RngTracker& r
   }
   try {
     PoolScope in_pool(alloc, pool);
+    if (fault_on(Fault::AllocInCapture)) fault_alloc_in_capture(dev, what);
     body();
+    if (unjoined) unjoined->run(stream);
   } catch (...) {
     abandon_capture(dev, stream);
     rng.capture_end();

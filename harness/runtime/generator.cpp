@@ -21,6 +21,7 @@
 
 #include "harness/runtime/capture_mode_guard.h"
 #include "harness/runtime/context.h"
+#include "harness/runtime/faults.h"
 #include "harness/runtime/rng_state_kernels.h"
 
 namespace recap::runtime {
@@ -73,6 +74,11 @@ Generator::~Generator() {
 PhiloxArgs Generator::draw(uint64_t count) {
   uint64_t inc = philox_increment(count);
   if (capturing_ && mode_ == GeneratorMode::GraphSafe) {
+    if (fault_on(Fault::RngOffsetBaked)) {  // bug class 4: the replays repeat the capture's draws
+      PhiloxArgs a = PhiloxArgs::by_value(seed_, offset_ + intragraph_);
+      intragraph_ += inc;
+      return a;
+    }
     PhiloxArgs a = PhiloxArgs::from_device(current_.seed_dev, current_.offset_dev, intragraph_);
     intragraph_ += inc;
     return a;

@@ -57,5 +57,8 @@ class BackwardStyleScope {
 
 // Test support: both graph flags false and checkpointing valid.
 bool phase_flags_clear();
+// Clears the thread's flags, for a harness that runs independent campaigns in one process after
+// one that may have leaked them (recap mutants, the phase-flag-leak fault). Never in training.
+void reset_phase_flags();
 
 }  // namespace recap::runtime

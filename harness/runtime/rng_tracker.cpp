@@ -1,6 +1,8 @@
 // The RNG states tracker (rng_tracker.h), after Megatron's CudaRNGStatesTracker.
 #include "harness/runtime/rng_tracker.h"
 
+#include "harness/runtime/faults.h"
+
 namespace recap::runtime {
 
 RngTracker::RngTracker(device::Device& dev, uint64_t seed, GeneratorMode mode, DeviceStateModel model)
@@ -29,9 +31,19 @@ void RngTracker::add(const std::string& name, uint64_t seed) {
 }
 
 std::map<std::string, RngState> RngTracker::save(bool as_handles) {
+  as_handles = as_handles || fault_on(Fault::RngSnapshotIsHandle);  // bug class 3
   std::map<std::string, RngState> out;
-  for (auto& [name, gen] : gens_) out[name] = as_handles ? gen->handle() : gen->snapshot();
+  for (auto& [name, gen] : gens_) {
+    if (fault_on(Fault::TrackerKeysDrift) && name == current_) continue;  // bug class 17: not saved, not restored
+    out[name] = as_handles ? gen->handle() : gen->snapshot();
+  }
   return out;
+}
+
+// generator-not-registered (bug class 5): the generator layers draw from is left out of capture
+// registration, so it draws by value inside the capture.
+bool RngTracker::registered(const std::string& name) const {
+  return !(fault_on(Fault::GeneratorNotRegistered) && name == kDefaultRngName);
 }
 
 void RngTracker::restore(const std::map<std::string, RngState>& states) {
@@ -43,6 +55,7 @@ void RngTracker::capture_begin() {
   std::vector<Generator*> begun;
   try {
     for (auto& [name, gen] : gens_) {
+      if (!registered(name)) continue;
       gen->capture_begin();
       begun.push_back(gen.get());
     }
@@ -54,7 +67,8 @@ void RngTracker::capture_begin() {
 
 std::map<std::string, GraphRngState> RngTracker::capture_end() {
   std::map<std::string, GraphRngState> out;
-  for (auto& [name, gen] : gens_) out[name] = gen->capture_end();
+  for (auto& [name, gen] : gens_)
+    if (registered(name)) out[name] = gen->capture_end();
   return out;
 }
 

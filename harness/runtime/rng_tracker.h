@@ -45,6 +45,8 @@ class RngTracker {
   };
 
  private:
+  bool registered(const std::string& name) const;  // false only under generator-not-registered
+
   device::Device& dev_;
   GeneratorMode mode_;
   DeviceStateModel model_;

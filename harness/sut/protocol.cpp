@@ -1,5 +1,7 @@
 #include "harness/sut/protocol.h"
 
+#include "harness/base/json_read.h"
+
 #include <cstring>
 
 namespace recap::sut {
@@ -84,11 +86,8 @@ bool read_message(FILE* in, Message* out, const Limits& limits) {
     line += static_cast<char>(c);
   }
   Json h;
-  try {
-    h = Json::parse(line);
-  } catch (const std::exception&) {
-    throw ProtocolError("a header that is not JSON: '" + excerpt(line) + "'");
-  }
+  // strict and bounded in depth (json_read.h): a worker's header is input like any file
+  if (!parse_json_strict(line, &h).empty()) throw ProtocolError("a header that is not JSON: '" + excerpt(line) + "'");
   if (!h.is_object()) throw ProtocolError("a header that is not a JSON object: '" + excerpt(line) + "'");
   *out = Message{};
   if (h.contains("frames")) {

@@ -149,7 +149,9 @@ class PerLayerGraphs : public Executor {
     t_.dev.reset_peak_memory();
     t_.alloc.reset_peaks();
     double t0 = t_.now_ms();
+    if (fault_on(Fault::WarmupConsumesRng)) builder_warmup();
     auto saved_rng = t_.rng.save(/*as_handles=*/false);
+    pre_capture_rng_ = saved_rng;
     try {
       if (t_.spec.shared_pool) {
         shared_pool_ = t_.alloc.create_pool();
@@ -159,6 +161,11 @@ class PerLayerGraphs : public Executor {
       for (size_t l = 0; l < graphed_.size(); ++l) {
         if (!graphed_[l]) continue;
         for (int m = 0; m < t_.spec.microbatches; ++m) {
+          if (m > 0 && fault_on(Fault::MicrobatchIndex)) {  // bug class 10: every microbatch on mb 0's buffers
+            s_in_[l][m] = s_in_[l][0];
+            s_gout_[l][m] = s_gout_[l][0];
+            continue;
+          }
           s_in_[l][m] = t_.alloc.alloc(shape, t_.spec.model.dtype, device::MemCategory::Other);
           s_gout_[l][m] = t_.alloc.alloc(shape, t_.spec.model.dtype, device::MemCategory::Other);
         }
@@ -188,6 +195,7 @@ class PerLayerGraphs : public Executor {
     }
     t_.rng.restore(saved_rng);
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "after capture");
+    if (fault_on(Fault::FreeUnderGraph)) rebind_static_inputs();
     out.captured = true;
     out.graphs = static_cast<int>(units_.size());
     out.capture_ms = t_.now_ms() - t0;
@@ -211,6 +219,7 @@ class PerLayerGraphs : public Executor {
     c.phase = forward ? Phase::Forward : Phase::Backward;
 
     runtime::CapturedGraph g = runtime::capture_graph(t_.dev, t_.alloc, t_.rng, t_.capture, pool, what, [&] {
+      if (fault_on(Fault::RestoreAcrossCapture)) t_.rng.restore(pre_capture_rng_);  // bug class 16
       if (forward) {
         runtime::LayerScope scope(c, layer.name());
         s_out_[l][m] = layer.forward(c, s_in_[l][m], cap_saved_[l][m]);
@@ -262,7 +271,8 @@ class PerLayerGraphs : public Executor {
         for (size_t l = 0; l < L; ++l) {
           pos_ = Position{"replay", "forward", t_.layers[l]->name(), m, step};
           if (graphed_[l]) {
-            copy_into(s_in_[l][m], x, t_.main);
+            // static-input-stale (bug class 8): only the first replay refills the static inputs
+            if (!(fault_on(Fault::StaticInputStale) && step > t_.spec.warmup)) copy_into(s_in_[l][m], x, t_.main);
             launch_unit(index_.at({l, m, true}), t_.main);
             x = s_out_[l][m];
           } else {
@@ -308,6 +318,34 @@ class PerLayerGraphs : public Executor {
     return t_.finish_step(step, "replay", loss, last, t0);
   }
 
+  // warmup-consumes-rng (bug class 7): a graph builder's own warmup forward of every graphed
+  // layer (make_graphed_callables' num_warmup_iters), drawing from the generators, not undone.
+  void builder_warmup() {
+    Ctx c = t_.ctx(t_.side);
+    c.phase = Phase::Forward;
+    c.save_for_backward = false;
+    c.microbatch = 0;
+    c.step = t_.spec.warmup;
+    for (size_t l = 0; l < graphed_.size(); ++l) {
+      if (!graphed_[l]) continue;
+      Saved scratch;
+      runtime::LayerScope scope(c, t_.layers[l]->name());
+      t_.layers[l]->forward(c, t_.input[0], scratch);
+    }
+    check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "after the builder's warmup");
+  }
+
+  // free-under-graph (bug class 9): the static inputs are rebound to fresh buffers after capture
+  // and the old ones freed, while the graphs still read the old addresses.
+  void rebind_static_inputs() {
+    const Shape shape{t_.spec.model.tokens, t_.spec.model.hidden};
+    for (size_t l = 0; l < graphed_.size(); ++l) {
+      if (!graphed_[l]) continue;
+      for (int m = 0; m < t_.spec.microbatches; ++m)
+        s_in_[l][m] = t_.alloc.alloc(shape, t_.spec.model.dtype, device::MemCategory::Other);
+    }
+  }
+
   void teardown() {
     t_.dev.device_synchronize();
     for (Unit& u : units_) {
@@ -338,6 +376,7 @@ class PerLayerGraphs : public Executor {
   size_t cursor_ = 0;
   PoolId shared_pool_ = 0;
   std::vector<PoolId> pools_;
+  std::map<std::string, RngState> pre_capture_rng_;  // restore-across-capture restores it inside
   Position pos_;
 };
 
@@ -397,6 +436,7 @@ class FullIterationGraph : public Executor {
       c.step = W;
       pos_ = Position{"capture", "", "", -1, W};
       runtime::CapturedGraph g = runtime::capture_graph(t_.dev, t_.alloc, t_.rng, t_.capture, pool_, "full-iteration graph", [&] {
+        if (fault_on(Fault::RestoreAcrossCapture)) t_.rng.restore(saved_rng);  // bug class 16
         int f = 0, b = 0;
         for (int e : t_.order) {
           if (e > 0) {
@@ -487,7 +527,7 @@ void replay_one_graph(Executor& e, size_t layer, int microbatch, bool forward) {
 }
 
 Session::Session(device::Device& dev, const CaseSpec& spec)
-    : trainer_(std::make_unique<Trainer>(dev, spec)), executor_(make_executor(*trainer_)) {}
+    : faults_(spec.faults), trainer_(std::make_unique<Trainer>(dev, spec)), executor_(make_executor(*trainer_)) {}
 
 Session::~Session() {
   executor_.reset();

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/runtime/faults.h"
 #include "harness/training/train.h"
 
 namespace recap::training {
@@ -97,6 +98,7 @@ class Session {
   Executor& executor() { return *executor_; }
 
  private:
+  runtime::FaultScope faults_;  // the case's fault points, on for the session's whole life
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<Executor> executor_;
 };

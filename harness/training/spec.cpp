@@ -1,5 +1,8 @@
 #include "harness/training/spec.h"
 
+#include "harness/base/json_read.h"
+#include "harness/runtime/faults.h"
+
 #include "models/registry.h"
 
 #include <algorithm>
@@ -140,7 +143,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   check_keys(j, "",
              {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers", "checkpoint_style",
               "policy", "executor", "warmup", "replays", "microbatches", "microbatch_order", "generator",
-              "device_state", "warmup_backward", "shared_pool", "seeds", "lr"});
+              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "faults"});
   if (j.contains("schema")) {
     std::string schema = get_string(j["schema"], "schema");
     if (schema != "recap.case/1") fail("schema", "unsupported schema '" + schema + "' (this recap reads recap.case/1)");
@@ -193,6 +196,19 @@ void parse_case(const Json& j, CaseSpec* s) {
     if (sd.contains("rng")) s->rng_seed = get_u64(sd["rng"], "seeds.rng");
   }
   if (j.contains("lr")) s->lr = static_cast<float>(get_number(j["lr"], "lr"));
+  if (j.contains("faults")) {
+    const Json& fs = j["faults"];
+    if (!fs.is_array()) fail("faults", "expected an array of fault names, got " + type_of(fs));
+    s->faults.clear();
+    for (size_t i = 0; i < fs.size(); ++i) {
+      const std::string f = "faults[" + std::to_string(i) + "]";
+      std::string name = get_string(fs[i], f);
+      runtime::Fault unused{};
+      if (!runtime::fault_from_name(name, &unused))
+        fail(f, "unknown fault '" + name + "' (known: " + names_list(runtime::kFaultNames) + ")");
+      s->faults.push_back(name);
+    }
+  }
 }
 
 std::string range_error(const std::string& field, int64_t lo, int64_t hi, int64_t got) {
@@ -341,28 +357,14 @@ Json case_to_json(const CaseSpec& s) {
   j["shared_pool"] = s.shared_pool;
   j["seeds"] = {{"param", s.param_seed}, {"data", s.data_seed}, {"rng", s.rng_seed}};
   j["lr"] = float_for_json(s.lr);
+  if (!s.faults.empty()) j["faults"] = s.faults;  // absent when none: files without faults are unchanged
   if (!s.expected.is_null()) j["expected"] = s.expected;
   return j;
 }
 
 std::string read_case_file(const std::string& path, CaseSpec* out, CaseFileSut* sut) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "cannot open '" + path + "': " + std::strerror(errno);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return "cannot read '" + path + "'";
   Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 1: ...".
-    std::string what = e.what();
-    auto p = what.find("] ");
-    if (p != std::string::npos) what = what.substr(p + 2);
-    for (char& c : what)
-      if (c == '\n') c = ' ';
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos) what = "the file is empty";
-    return path + ": malformed JSON: " + what;
-  }
+  if (std::string err = read_json_file(path, &j); !err.empty()) return err;  // bounded, strict (json_read.h)
   CaseFileSut named;
   if (j.is_object() && j.contains("sut")) {
     try {

@@ -21,6 +21,7 @@
 //     "shared_pool": true,
 //     "seeds": {"param": 1, "data": 2, "rng": 3},
 //     "lr": 0.05,
+//     "faults": ["rng-offset-baked"],          (fault points, docs/faults.md; absent: none)
 //     "expected": <any JSON, kept as is for the corpus>
 //   }
 // Keys starting with '_' are comments and ignored; any other unknown key is an error (a typo must
@@ -117,6 +118,9 @@ struct CaseSpec {
   uint64_t data_seed = 2;
   uint64_t rng_seed = 3;
   float lr = 0.05f;
+  // Fault points on while the case runs (harness/runtime/faults.h): a reproducer of a broken
+  // mechanism carries the fault it needs. Empty for every real case.
+  std::vector<std::string> faults;
   Json expected;  // null when absent
 
   int steps() const { return warmup + replays; }

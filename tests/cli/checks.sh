@@ -452,6 +452,59 @@ assert not v.is_valid(None) and not v.is_valid("NaN")
 print("non-finite numbers: explicit strings only")
 PY
   ;;
+mutants_kill_gate)
+  # recap mutants on sim: clean baselines; every fault killed but the listed survivors (and a
+  # listed survivor that is killed fails too, so the list stays true); time to kill median <= 2 s,
+  # none over 30 s; every shrunk case at most 3 layers; each kill's corpus file carries its fault
+  # and replays with its verdict; the report validates in shape; exit 1 while any survives.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$recap" mutants --backend sim --seed 1 --cases 300 --report m.json --corpus-dir mc > out.txt; rc=$?
+  cat out.txt
+  survivors=$(grep -v '^#' "$src/tests/cli/data/mutants-survivors.txt" | grep -c .)
+  if [ "$survivors" -gt 0 ]; then [ "$rc" -eq 1 ] || fail "exit $rc with survivors, expected 1"; else [ "$rc" -eq 0 ] || fail "exit $rc"; fi
+  "$py" - m.json "$src/tests/cli/data/mutants-survivors.txt" <<'PY' || fail "mutants report"
+import json, sys, statistics
+r = json.load(open(sys.argv[1]))
+allowed = {l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")}
+assert r["schema"] == "recap.mutants/1"
+assert r["baselines"] and all(b["passed"] and b["cases"] == 300 for b in r["baselines"]), r["baselines"]
+ms = r["mutants"]
+assert len(ms) >= 13, len(ms)
+survived = {m["fault"] for m in ms if m["verdict"] == "survived"}
+assert survived == allowed, f"survived {sorted(survived)}, listed {sorted(allowed)}"
+killed = [m for m in ms if m["verdict"] == "killed"]
+times = [m["seconds"] for m in killed]
+assert statistics.median(times) <= 2.0 and max(times) <= 30.0, times
+assert all(1 <= m["layers"] <= 3 for m in killed), [(m["fault"], m["layers"]) for m in killed]
+for m in killed:
+    case = json.load(open(m["corpus_file"]))
+    assert case["faults"] == [m["fault"]], (m["fault"], case.get("faults"))
+    assert case["expected"]["property"] == m["property"], m
+print(len(killed), "killed, median", statistics.median(times), "s")
+PY
+  for f in mc/*.json; do "$recap" replay --backend sim "$f" > rep.txt || { cat rep.txt; fail "$f does not replay as expected"; }; done
+  ;;
+fuzz_three_faults_three_buckets)
+  # Three faults at once, each breaking another mechanism: one campaign reports a bucket for each
+  # (a divergence from eager, hygiene after a failed capture, a recompute that differs from the
+  # forward), shrinks each and writes each with the three faults it needs.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$recap" fuzz --backend sim --policy skip --seed 1 --cases 300 --fault rng-snapshot-is-handle \
+    --fault static-input-stale --fault phase-flag-leak --corpus-dir f3 --report f3.json > out.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat out.txt; fail "exit $rc, expected 1"; }
+  "$py" - f3.json <<'PY' || fail "three buckets"
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+b = [f["bucket"] for f in s["failures"]]
+props = {x.split("/")[0] for x in b}
+assert "eager_vs_graphed" in props and "hygiene" in props and props & {"recompute_on_off", "rng_ledger"}, b
+for f in s["failures"]:
+    c = json.load(open(f["corpus_file"]))
+    assert sorted(c["faults"]) == ["phase-flag-leak", "rng-snapshot-is-handle", "static-input-stale"], c.get("faults")
+print(len(b), "buckets:", ", ".join(b))
+PY
+  for f in f3/*.json; do "$recap" replay --backend sim "$f" > rep.txt || { cat rep.txt; fail "$f does not replay as expected"; }; done
+  ;;
 *) fail "unknown check $name" ;;
 esac
 echo "ok: $name"

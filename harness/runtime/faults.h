@@ -1,0 +1,74 @@
+// Fault points: named broken variants of the runtime's own mechanisms, one per bug class of
+// docs/recompute-and-rng.md (catalogue: docs/faults.md). Each turns one mechanism into the
+// variant a real framework shipped, so `recap mutants` can show that some oracle catches it.
+//
+// Off by default and free when off: a fault point is one test of a bit in a process-wide mask
+// (`fault_on`), and the mask is zero unless a case names faults (CaseSpec::faults, written in its
+// corpus file, so a reproducer replays with the fault it needs) or RECAP_FAULT names them for a
+// test. A Session sets the mask for the case it runs (FaultScope) and puts the old one back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/base/names.h"
+
+namespace recap::runtime {
+
+enum class Fault : uint8_t {
+  RngSnapshotIsHandle,     // class 3: RNG states saved as live handles, restoring them rewinds nothing
+  RngOffsetBaked,          // class 4: a graph-safe draw bakes its offset into the graph
+  GeneratorNotRegistered,  // class 5: the default generator is not registered with the capture
+  PhaseFlagLeak,           // class 6: a throwing capture or warmup leaves its phase flag set
+  WarmupConsumesRng,       // class 7: the graph builder's own warmup forward consumes draws, not restored
+  StaticInputStale,        // class 8: replays after the first do not refill the static inputs
+  FreeUnderGraph,          // class 9: static inputs freed and reallocated after capture
+  MicrobatchIndex,         // class 10: microbatches share the static buffers of microbatch 0
+  GradAccumNotZeroed,      // gradients are not zeroed between steps
+  AllocInCapture,          // class 14: a cudaMalloc inside the capture
+  SideStreamUnjoined,      // class 15: work forked to a side stream during capture, never joined
+  RestoreAcrossCapture,    // class 16: a snapshot taken before the capture is restored inside it
+  TrackerKeysDrift,        // class 17: the saved tracker states miss the generator that draws
+};
+
+inline constexpr EnumName<Fault> kFaultNames[] = {
+    {Fault::RngSnapshotIsHandle, "rng-snapshot-is-handle"},
+    {Fault::RngOffsetBaked, "rng-offset-baked"},
+    {Fault::GeneratorNotRegistered, "generator-not-registered"},
+    {Fault::PhaseFlagLeak, "phase-flag-leak"},
+    {Fault::WarmupConsumesRng, "warmup-consumes-rng"},
+    {Fault::StaticInputStale, "static-input-stale"},
+    {Fault::FreeUnderGraph, "free-under-graph"},
+    {Fault::MicrobatchIndex, "microbatch-index"},
+    {Fault::GradAccumNotZeroed, "grad-accum-not-zeroed"},
+    {Fault::AllocInCapture, "alloc-in-capture"},
+    {Fault::SideStreamUnjoined, "side-stream-unjoined"},
+    {Fault::RestoreAcrossCapture, "restore-across-capture"},
+    {Fault::TrackerKeysDrift, "tracker-keys-drift"},
+};
+inline std::string fault_name(Fault f) { return name_of(kFaultNames, f); }
+inline bool fault_from_name(const std::string& s, Fault* out) { return from_name(kFaultNames, s, out); }
+
+// The mask of the faults on now (bit = enum value).
+extern uint64_t g_fault_mask;
+inline bool fault_on(Fault f) { return (g_fault_mask >> static_cast<unsigned>(f)) & 1u; }
+
+// "" or one line naming the first unknown name. *mask gets the bits of `names`.
+std::string fault_mask_of(const std::vector<std::string>& names, uint64_t* mask);
+// RECAP_FAULT's names (comma-separated), read once; a bad name is reported once on stderr.
+uint64_t env_fault_mask();
+
+// RAII: the faults of a case (and RECAP_FAULT's) are on inside the scope.
+class FaultScope {
+ public:
+  explicit FaultScope(const std::vector<std::string>& names);
+  ~FaultScope() { g_fault_mask = previous_; }
+  FaultScope(const FaultScope&) = delete;
+  FaultScope& operator=(const FaultScope&) = delete;
+
+ private:
+  uint64_t previous_;
+};
+
+}  // namespace recap::runtime

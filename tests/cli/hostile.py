@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""The hostile-input set (issue 10): generated here, run against recap's readers and flags.
+
+usage: hostile.py RECAP SRCDIR WORKDIR
+
+Every input must give exit 0, 1 or 2; never a signal or a timeout; and an exit 2 exactly one line
+on stderr of at most 300 bytes. Inputs: mutations of corpus files (numbers out of range, deep
+nesting, size, duplicate keys, NUL bytes, truncation, bad UTF-8, newlines and huge strings in
+echoed values, wrong types), paths that are not case files (a directory, devices, a fifo, a
+missing file, a non-UTF-8 name, /proc/self/mem), and edge values of flags.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+recap, src, work = (os.path.abspath(a) for a in sys.argv[1:4])
+os.makedirs(work, exist_ok=True)
+os.chdir(work)
+
+TIMEOUT = 60
+problems = []
+runs = 0
+
+
+def run(args, what):
+    global runs
+    runs += 1
+    try:
+        p = subprocess.run([recap] + args, capture_output=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        problems.append(f"{what}: timed out after {TIMEOUT} s")
+        return
+    if p.returncode < 0:
+        problems.append(f"{what}: killed by signal {-p.returncode}")
+    elif p.returncode not in (0, 1, 2):
+        problems.append(f"{what}: exit {p.returncode}")
+    elif p.returncode == 2:
+        err = p.stderr
+        lines = err.count(b"\n")
+        if lines != 1 or not err.endswith(b"\n") or len(err) > 301:
+            problems.append(f"{what}: exit 2 with {lines} lines, {len(err)} bytes on stderr: {err[:200]!r}")
+
+
+def write(name, data):
+    with open(name, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+    return name
+
+
+# ---- mutated case files ------------------------------------------------------------------------
+bases = sorted(glob.glob(os.path.join(src, "corpus", "*.json")))[:4]
+big = "x" * (2 << 20)
+for bi, base in enumerate(bases):
+    text = open(base).read()
+    case = json.loads(text)
+    muts = {}
+    for field in ("lr", "hidden", "tokens", "warmup", "replays", "microbatches"):
+        for v in ("1e400", "-1e400", "1e308", "18446744073709551616", "-1", "3.5", "true", '"7"', "null"):
+            c = dict(case)
+            c[field] = "@@"
+            muts[f"{field}={v}"] = json.dumps(c).replace('"@@"', v)
+    c = dict(case); c["layers"] = [dict(case["layers"][0], heads="@@")]
+    muts["heads=1e400"] = json.dumps(c).replace('"@@"', "1e400")
+    c = dict(case); c["seeds"] = {"param": "@@", "data": 1, "rng": 2}
+    muts["seed=2^64"] = json.dumps(c).replace('"@@"', "18446744073709551616")
+    muts["seed=-5"] = json.dumps(c).replace('"@@"', "-5")
+    c = dict(case); c["expected"] = "@@"
+    muts["depth-100"] = json.dumps(c).replace('"@@"', "[" * 100 + "]" * 100)
+    muts["depth-50000"] = json.dumps(c).replace('"@@"', "[" * 50000 + "]" * 50000)
+    muts["duplicate-key"] = text.rstrip().rstrip("}") + ', "lr": 0.5}'
+    muts["nul"] = text + "\0garbage"
+    muts["nul-inside"] = text[:40] + "\0" + text[40:]
+    muts["truncated"] = text[: len(text) // 2]
+    muts["empty"] = ""
+    muts["not-an-object"] = "[1, 2, 3]"
+    c = dict(case); c["name"] = "a\nb\rc\x1bd"
+    muts["control-chars"] = json.dumps(c)
+    c = dict(case); c["layers"] = [dict(case["layers"][0], kind="k\n" + "y" * 200000)]
+    muts["long-kind-with-newline"] = json.dumps(c)
+    c = dict(case); c["description"] = big
+    muts["over-1MiB"] = json.dumps(c)
+    c = dict(case); c["layers"] = case["layers"] * 100000
+    muts["many-layers"] = json.dumps(c)
+    c = dict(case); c["layers"] = case["layers"] * 65
+    muts["65-layers"] = json.dumps(c)
+    c = dict(case); c["microbatch_order"] = [1] * 5000 + [-1] * 5000
+    muts["long-order"] = json.dumps(c)
+    c = dict(case); c["faults"] = ["bogus\n"]
+    muts["bad-fault"] = json.dumps(c)
+    c = dict(case); c["sut"] = {"name": "jax", "version": "1"}
+    muts["unknown-sut"] = json.dumps(c)
+    muts["bad-utf8"] = text.encode().replace(b'"schema"', b'"sch\xff\xfeema"', 1)
+    muts["utf16-bom"] = b"\xff\xfe" + text.encode("utf-16-le")
+    for name, body in muts.items():
+        path = write(f"b{bi}-{name.replace('=', '_')}.json", body)
+        run(["replay", "--backend", "sim", path], f"replay {os.path.basename(base)} [{name}]")
+    run(["run", "--backend", "sim", f"b{bi}-depth-50000.json"], "run [depth-50000]")
+    run(["run", "--backend", "sim", f"b{bi}-lr_1e400.json"], "run [lr=1e400]")
+
+# ---- paths that are not case files -------------------------------------------------------------
+os.makedirs("a-directory", exist_ok=True)
+fifo = "a-fifo"
+if not os.path.exists(fifo):
+    os.mkfifo(fifo)
+odd = b"odd-\xff\xfe-name.json"
+with open(odd, "wb") as f:
+    f.write(open(bases[0], "rb").read())
+paths = ["a-directory", "/dev/null", "/dev/zero", "/dev/full", fifo, "missing.json", "/proc/self/mem",
+         odd.decode("utf-8", "surrogateescape"), "-", ""]
+for p in paths:
+    run(["replay", "--backend", "sim", p], f"replay path {p!r}")
+    run(["run", "--backend", "sim", p], f"run path {p!r}")
+run(["gate", "--backend", "sim", "--corpus", "a-directory", "--cases", "1"], "gate on an empty folder")
+run(["fuzz", "--backend", "sim", "--cases", "1", "--known-findings", "/dev/zero"], "known-findings /dev/zero")
+run(["fuzz", "--backend", "sim", "--cases", "1", "--known-findings", fifo], "known-findings fifo")
+
+# ---- output paths ------------------------------------------------------------------------------
+good = bases[0]
+for out in ("a-directory", "no/such/folder/r.json", odd.decode("utf-8", "surrogateescape") + ".report", "/dev/full"):
+    run(["replay", "--backend", "sim", good, "--report", out], f"--report {out!r}")
+    run(["run", "--backend", "sim", good, "--json", out], f"run --json {out!r}")
+
+# ---- flags at their edges ----------------------------------------------------------------------
+flags = [
+    ["fuzz", "--seed", ""], ["fuzz", "--seed", " 5"], ["fuzz", "--seed", "-1"], ["fuzz", "--seed", "99999999999999999999999"],
+    ["fuzz", "--time-budget", "nan"], ["fuzz", "--time-budget", "-1"], ["fuzz", "--time-budget", "inf"],
+    ["fuzz", "--cases", "-1"], ["fuzz", "--cases", "0"], ["fuzz", "--cases", "1e400"], ["fuzz", "--jobs", "0"],
+    ["fuzz", "--jobs", "100000"], ["fuzz", "--shard", "3/2"], ["fuzz", "--shard", "x"], ["fuzz", "--policy", "\n"],
+    ["fuzz", "--fault", "x" * 100000], ["fuzz", "--shrink-limit", "-3"], ["fuzz", "--dims", "huge"],
+    ["mutants", "--cases", "0"], ["mutants", "--seed", "abc"], ["replay"], ["run"], ["frobnicate"],
+    ["fuzz", "--bogus"], ["fuzz", "--worker-env", "NOEQUALS"], ["fuzz", "--sut", "jax"], ["fuzz", "--sut", "torch@\n"],
+]
+for f in flags:
+    args = f + (["--backend", "sim", "--cases", "1"] if f[0] in ("fuzz",) and "--cases" not in f else [])
+    run(args, "flags " + " ".join(a[:40] for a in f))
+
+print(f"{runs} runs, {len(problems)} problems")
+for p in problems:
+    print("  " + p)
+sys.exit(1 if problems else 0)
