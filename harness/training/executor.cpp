@@ -151,7 +151,7 @@ class PerLayerGraphs : public Executor {
     double t0 = t_.now_ms();
     if (fault_on(Fault::WarmupConsumesRng)) builder_warmup();
     auto saved_rng = t_.rng.save(/*as_handles=*/false);
-    pre_capture_rng_ = saved_rng;
+    if (fault_on(Fault::RestoreAcrossCapture)) pre_capture_rng_ = saved_rng;
     try {
       if (t_.spec.shared_pool) {
         shared_pool_ = t_.alloc.create_pool();
