@@ -30,6 +30,7 @@ enum class Fault : uint8_t {
   SideStreamUnjoined,      // class 15: work forked to a side stream during capture, never joined
   RestoreAcrossCapture,    // class 16: a snapshot taken before the capture is restored inside it
   TrackerKeysDrift,        // class 17: the saved tracker states miss the generator that draws
+  HiddenParamGrad,         // class 11: a without-output checkpoint's inner parameters lose their gradients
 };
 
 inline constexpr EnumName<Fault> kFaultNames[] = {
@@ -46,6 +47,7 @@ inline constexpr EnumName<Fault> kFaultNames[] = {
     {Fault::SideStreamUnjoined, "side-stream-unjoined"},
     {Fault::RestoreAcrossCapture, "restore-across-capture"},
     {Fault::TrackerKeysDrift, "tracker-keys-drift"},
+    {Fault::HiddenParamGrad, "hidden-param-grad"},
 };
 inline std::string fault_name(Fault f) { return name_of(kFaultNames, f); }
 inline bool fault_from_name(const std::string& s, Fault* out) { return from_name(kFaultNames, s, out); }

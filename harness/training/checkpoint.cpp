@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "harness/runtime/context.h"
+#include "harness/runtime/faults.h"
 #include "harness/runtime/phase.h"
 #include "harness/runtime/rng_state_kernels.h"
 
@@ -155,7 +156,18 @@ models::Tensor Checkpoint::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
     throw CheckpointError(ctx.layer.empty() ? name() : ctx.layer, kCheckpointGradRefusal);
   Record& rec = record_of(saved, "backward");
   if (!rec.recomputed) recompute(ctx, saved.tensors[0], saved.tensors[1], rec);
+  // hidden-param-grad (Megatron-LM #6373): the parameters reached only inside a without-output
+  // checkpoint lose what its backward adds to their gradients (put back to their values before it).
+  std::vector<std::pair<Tensor, Tensor>> kept;
+  if (config_.style == CheckpointStyle::WithoutOutput && fault_on(Fault::HiddenParamGrad))
+    for (models::Param* p : inner_->params()) {
+      Tensor copy = ctx.alloc_tensor(p->grad.shape, p->grad.dtype, device::MemCategory::Gradients);
+      ctx.dev.memcpy_async(copy.data, p->grad.data, p->grad.bytes(), device::CopyKind::DeviceToDevice, ctx.stream);
+      kept.emplace_back(p->grad, copy);
+    }
   Tensor dx = inner_->backward(ctx, dy, rec.inner);
+  for (auto& [grad, copy] : kept)
+    ctx.dev.memcpy_async(grad.data, copy.data, grad.bytes(), device::CopyKind::DeviceToDevice, ctx.stream);
   records_.erase(saved.tensors[1].id());
   saved.clear();
   return dx;

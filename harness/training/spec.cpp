@@ -313,10 +313,10 @@ std::string case_from_json(const Json& j, CaseSpec* out) {
   try {
     parse_case(j, &s);
   } catch (const ParseError& e) {
-    return e.what;
+    return one_line(e.what);  // it may echo a value of the file: escaped, cut (found by tests/fuzz)
   }
   std::string err = validate(s);
-  if (!err.empty()) return err;
+  if (!err.empty()) return one_line(err);
   *out = std::move(s);
   return "";
 }
@@ -375,12 +375,12 @@ std::string read_case_file(const std::string& path, CaseSpec* out, CaseFileSut* 
       named.name = get_string(u["name"], "sut.name");
       if (u.contains("version")) named.version = get_string(u["version"], "sut.version");
     } catch (const ParseError& e) {
-      return path + ": " + e.what;
+      return one_line(path, 120) + ": " + one_line(e.what);
     }
     j.erase("sut");
   }
   std::string err = case_from_json(j, out);
-  if (!err.empty()) return path + ": " + err;
+  if (!err.empty()) return one_line(path, 120) + ": " + err;
   if (sut) *sut = named;
   return "";
 }

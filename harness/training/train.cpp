@@ -153,7 +153,7 @@ double Trainer::now_ms() const {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
-std::vector<float> Trainer::fresh_values(int step, int microbatch, int kind) const {
+std::vector<float> step_data(const CaseSpec& spec, int step, int microbatch, int kind) {
   const int64_t n = static_cast<int64_t>(spec.model.tokens) * spec.model.hidden;
   std::vector<float> v(static_cast<size_t>(n));
   // One Philox stream per (step, microbatch, kind): offset spaced far enough apart that streams

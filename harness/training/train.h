@@ -28,6 +28,11 @@
 
 namespace recap::training {
 
+// The rule of a case's data (docs/DESIGN.md, "Cases"): the input (kind 0) or target (kind 1) of
+// microbatch `microbatch` at step `step`, [tokens * hidden] values in [-1, 1), a function of the
+// case's data seed alone (the trainer uploads these; the `training` oracle recomputes them).
+std::vector<float> step_data(const CaseSpec& spec, int step, int microbatch, int kind);
+
 // Memory figures at one moment: the device's ledger (per category, the pool/graph counters) and
 // the allocator's logical figures (live tensors by category, inside pools too; pool reservations).
 // Peaks are since the last reset (each step resets them at its start).
@@ -102,7 +107,7 @@ class Trainer {
   Ctx ctx(device::Stream s);
 
   // Host values of the step's fresh input (kind 0) or target (kind 1) for a microbatch.
-  std::vector<float> fresh_values(int step, int microbatch, int kind) const;
+  std::vector<float> fresh_values(int step, int microbatch, int kind) const { return step_data(spec, step, microbatch, kind); }
   // Synchronizes every stream, then uploads the step's inputs and targets into their buffers.
   void load_step_data(int step);
   // Resets memory peaks and the ledger (on `s`), zeroes the gradients (on `s`).

@@ -99,7 +99,12 @@ Oracle eager_vs_graphed_oracle();
 Oracle recompute_on_off_oracle();
 Oracle rng_ledger_oracle();
 Oracle memory_oracle();
+// Multiply-adds of one fp64 CPU pass of `model` (projections and attention cores), and the budget
+// past which the reference oracles shrink or skip it (a 1024-wide, 512-token stack costs minutes).
+double fp64_macs(const models::ModelSpec& model);
+constexpr double kReferenceMacBudget = 2e8;
 Oracle reference_oracle();
+Oracle training_oracle();
 Oracle hygiene_oracle();
 
 // Check results.

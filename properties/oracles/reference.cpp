@@ -14,6 +14,15 @@ namespace recap::properties {
 
 using training::CaseSpec;
 
+double fp64_macs(const models::ModelSpec& model) {
+  double per_token = 0;
+  for (const auto& l : model.layers) {
+    const double h = model.hidden, f = l.ffn_hidden > 0 ? l.ffn_hidden : 4.0 * h;
+    per_token += 6.0 * h * std::max(f, h) + 6.0 * h * model.tokens;  // projections; attention core
+  }
+  return per_token * model.tokens;
+}
+
 CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
                             const std::function<void(models::check::RunOutput&)>& tamper,
                             const models::check::ParamsPerturbation& perturb_reference) {
@@ -52,15 +61,9 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
   // (the first H200 campaign spent 89% of its time there). Past a budget of multiply-adds, each
   // unit is checked on fewer tokens: every layer still runs at its full width, where its
   // reductions live, and causal attention still sees many tokens.
-  constexpr double kReferenceMacBudget = 2e8;
   int reduced_from = 0;
   for (Unit& u : units) {
-    double per_token = 0;
-    for (const auto& l : u.model.layers) {
-      const double h = u.model.hidden, f = l.ffn_hidden > 0 ? l.ffn_hidden : 4.0 * h;
-      per_token += 6.0 * h * std::max(f, h) + 6.0 * h * u.model.tokens;  // projections; attention core
-    }
-    const double cost = per_token * u.model.tokens;
+    const double cost = fp64_macs(u.model);
     if (cost > kReferenceMacBudget && u.model.tokens > 8) {
       reduced_from = u.model.tokens;
       u.model.tokens = std::max(8, static_cast<int>(u.model.tokens * kReferenceMacBudget / cost));

@@ -1,6 +1,6 @@
 // The oracles in the order a case is judged: capture errors first (a run that failed has little
 // else to compare), then the bitwise comparisons with twins, the RNG ledger, memory, the fp64
-// reference, and last hygiene, which may run a case of its own.
+// reference, the training loop against it, and last hygiene, which may run a case of its own.
 #include "properties/oracles/oracle.h"
 
 namespace recap::properties {
@@ -8,7 +8,7 @@ namespace recap::properties {
 const std::vector<Oracle>& oracles() {
   static const std::vector<Oracle> all = {capture_clean_oracle(), eager_vs_graphed_oracle(), recompute_on_off_oracle(),
                                           rng_ledger_oracle(),    memory_oracle(),           reference_oracle(),
-                                          hygiene_oracle()};
+                                          training_oracle(),      hygiene_oracle()};
   return all;
 }
 

@@ -39,6 +39,7 @@ RC_GTEST_PROP(Oracles, RecomputeOnOff, ()) { holds("recompute_on_off"); }
 RC_GTEST_PROP(Oracles, RngLedger, ()) { holds("rng_ledger"); }
 RC_GTEST_PROP(Oracles, Memory, ()) { holds("memory"); }
 RC_GTEST_PROP(Oracles, Reference, ()) { holds("reference"); }
+RC_GTEST_PROP(Oracles, Training, ()) { holds("training"); }
 RC_GTEST_PROP(Oracles, Hygiene, ()) { holds("hygiene", *rc::gen::element(CheckpointPolicy::GraphSafe, CheckpointPolicy::Skip, CheckpointPolicy::Naive)); }
 RC_GTEST_PROP(Oracles, SkipIsCorrect, ()) {
   GenConfig g;
@@ -399,7 +400,9 @@ TEST(Dispositions, NamesAndOrder) {
   EXPECT_EQ(worse(Disposition::Failed, Disposition::Incorrect), Disposition::Failed);
   EXPECT_EQ(worse(Disposition::Failed, Disposition::Crashed), Disposition::Crashed);
   EXPECT_EQ(worse(Disposition::Skipped, Disposition::Passed), Disposition::Passed);
-  EXPECT_EQ(property_names().size(), 7u);
+  const std::vector<std::string> order = {"capture_clean", "eager_vs_graphed", "recompute_on_off", "rng_ledger",
+                                          "memory",        "reference",        "training",         "hygiene"};
+  EXPECT_EQ(property_names(), order);
 }
 
 }  // namespace
