@@ -166,25 +166,33 @@ bool bits_equal(const std::vector<float>& a, const std::vector<float>& b, size_t
   return true;
 }
 
+reference::MaskFn ledger_masks(const std::vector<runtime::LedgerEntry>& draws, std::vector<bool>* used,
+                               std::vector<std::string>* problems, int microbatch) {
+  used->assign(draws.size(), false);
+  return [&draws, used, problems, microbatch](const std::string& layer, const std::string& op, uint64_t n, float p) {
+    for (size_t i = 0; i < draws.size(); ++i) {
+      const runtime::LedgerEntry& e = draws[i];
+      if ((*used)[i] || e.site.phase != runtime::Phase::Forward || e.site.layer != layer || e.site.op != op ||
+          (microbatch >= 0 && e.site.microbatch != microbatch))
+        continue;
+      (*used)[i] = true;
+      if (e.count != n)
+        problems->push_back("draw " + layer + "/" + op + ": recorded count " + std::to_string(e.count) +
+                            ", the reference asks for " + std::to_string(n));
+      return runtime::dropout_mask_bytes(e.seed, e.offset, n, p);
+    }
+    problems->push_back("the ledger has no forward draw for " + layer + "/" + op);
+    return std::vector<uint8_t>(n, 1);
+  };
+}
+
 Comparison compare_with_reference(const ModelSpec& spec, const RunOutput& run, const ParamsPerturbation& perturb) {
   Comparison c;
   reference::Params params;
   for (size_t i = 0; i < run.names.size(); ++i) params[run.names[i]] = reference::Vec(run.params[i].begin(), run.params[i].end());
   if (perturb) perturb(params);
-  std::vector<bool> used(run.draws.size(), false);
-  reference::MaskFn masks = [&](const std::string& layer, const std::string& op, uint64_t n, float p) {
-    for (size_t i = 0; i < run.draws.size(); ++i) {
-      const runtime::LedgerEntry& e = run.draws[i];
-      if (used[i] || e.site.phase != runtime::Phase::Forward || e.site.layer != layer || e.site.op != op) continue;
-      used[i] = true;
-      if (e.count != n)
-        c.problems.push_back("draw " + layer + "/" + op + ": recorded count " + std::to_string(e.count) +
-                             ", the reference asks for " + std::to_string(n));
-      return runtime::dropout_mask_bytes(e.seed, e.offset, n, p);
-    }
-    c.problems.push_back("the ledger has no forward draw for " + layer + "/" + op);
-    return std::vector<uint8_t>(n, 1);
-  };
+  std::vector<bool> used;
+  reference::MaskFn masks = ledger_masks(run.draws, &used, &c.problems);
   reference::RefModel ref(spec, params);
   reference::Vec x(run.x.begin(), run.x.end()), dy(run.dy.begin(), run.dy.end());
   reference::Vec y = ref.forward(x, spec.tokens, masks);

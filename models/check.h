@@ -97,6 +97,13 @@ struct Comparison {
   std::vector<std::string> problems;
 };
 
+// The reference's masks from recorded draws: each request (layer, op, n) takes the first unused
+// forward draw of that site (of `microbatch` only, unless it is -1) and gives its mask; *used marks
+// what was taken (sized to `draws`); a missing draw or a count mismatch is one line in *problems
+// (a missing draw gives a mask that keeps everything). `draws`, `used` and `problems` must outlive it.
+reference::MaskFn ledger_masks(const std::vector<runtime::LedgerEntry>& draws, std::vector<bool>* used,
+                               std::vector<std::string>* problems, int microbatch = -1);
+
 // The fp64 reference from the run's inputs, parameters and recorded draws (one pass: use a run
 // with steps = 1). `perturb` (tests of the checks themselves): applied to the reference's
 // parameters before it runs, so that a correct run looks wrong; empty: none.

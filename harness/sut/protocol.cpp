@@ -14,21 +14,8 @@ size_t element_size(const std::string& dtype) {
   return 0;
 }
 
-// A short, escaped excerpt of what was received, for error messages.
-std::string excerpt(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && out.size() < 60; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      out += b;
-    }
-  }
-  return s.size() > 60 ? out + "..." : out;
-}
+// A short, escaped excerpt of what was received, for error messages (json_read.h's one rule).
+std::string excerpt(const std::string& s) { return one_line(s, 63); }
 
 Frame frame_descriptor(const Json& d, size_t index, const Limits& limits) {
   const std::string at = "frame " + std::to_string(index);

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "harness/runtime/dropout.h"
 #include "harness/training/train.h"
 #include "models/check.h"
 #include "models/reference/reference.h"
@@ -41,20 +40,9 @@ CheckResult judge(Runs& runs) {
   for (size_t i = 0; i < r.param_names.size(); ++i)
     params[r.param_names[i]] = models::reference::Vec(before.params[i].begin(), before.params[i].end());
 
-  std::vector<bool> used(step.ledger.size(), false);
-  std::string missing;
-  models::reference::MaskFn masks = [&](const std::string& layer, const std::string& op, uint64_t n, float pr) {
-    for (size_t i = 0; i < step.ledger.size(); ++i) {
-      const runtime::LedgerEntry& e = step.ledger[i];
-      if (used[i] || e.site.phase != runtime::Phase::Forward || e.site.microbatch != 0 || e.site.layer != layer ||
-          e.site.op != op)
-        continue;
-      used[i] = true;
-      return runtime::dropout_mask_bytes(e.seed, e.offset, n, pr);
-    }
-    if (missing.empty()) missing = layer + "/" + op;
-    return std::vector<uint8_t>(n, 1);
-  };
+  std::vector<bool> used;
+  std::vector<std::string> problems;
+  const models::reference::MaskFn masks = mc::ledger_masks(step.ledger, &used, &problems, /*microbatch=*/0);
   const std::vector<float> x = training::step_data(spec, 1, 0, 0), target = training::step_data(spec, 1, 0, 1);
   std::vector<double> y, dx;
   models::reference::Params grads;
@@ -69,8 +57,7 @@ CheckResult judge(Runs& runs) {
     return bad(p, Disposition::Crashed, std::string("the fp64 reference threw: ") + e.what());
   }
   runs.report().timings["training_ms"] = ms_since(t0);
-  if (!missing.empty())
-    return bad(p, Disposition::Incorrect, "step 1, microbatch 0: the ledger has no forward draw for " + missing);
+  if (!problems.empty()) return bad(p, Disposition::Incorrect, "step 1, microbatch 0: " + problems[0]);
 
   const double tol = mc::tolerance(spec.model);
   Divergence worst;
