@@ -111,7 +111,8 @@ def memory_trace(device, name: str, held: int, stray: int):
     how much of it sits in graph pools, and how many graphs outlived the case (a leak's shape)."""
     pools = sum(s["allocated_size"] for s in torch.cuda.memory_snapshot()
                 if s.get("segment_pool_id", (0, 0)) != (0, 0))
-    print(f"recap_drivers: memory after case {name!r}: held {held >> 20} MiB, allocated "
+    print(f"recap_drivers: memory after case {name!r}: held {held >> 20} MiB, peak in the case "
+          f"{torch.cuda.max_memory_allocated(device) >> 20} MiB, allocated "
           f"{torch.cuda.memory_allocated(device) >> 20} MiB, in graph pools {pools >> 20} MiB, reserved "
           f"{torch.cuda.memory_reserved(device) >> 20} MiB, {stray} CUDA graphs outlived it (reset)",
           file=sys.stderr, flush=True)
@@ -964,6 +965,7 @@ class TorchSUT:
                 self.retire = self.retire or (self.retire_bytes > 0 and held > self.retire_bytes)
                 if trace:
                     memory_trace(self.device, c.name, held, stray)
+                    torch.cuda.reset_peak_memory_stats(self.device)  # the next line's peak is its case's
             except Exception as e:  # never silent: a failing check here hid a leak once
                 print(f"recap_drivers: after case {c.name!r}: {type(e).__name__}: {e}"[:300],
                       file=sys.stderr, flush=True)
