@@ -371,11 +371,8 @@ Dropout::Dropout(Builder&, const std::string& name, float p, std::string op) : L
 Tensor Dropout::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
   if (!x.defined()) throw std::invalid_argument(name() + ": input is undefined");
   saved.clear();
+  if (p_ == 0.0f) return x;  // no draw and no copy: ATen's dropout returns its input when p = 0
   Tensor y = ctx.alloc_tensor(x.shape, x.dtype, MemCategory::Activations);
-  if (p_ == 0.0f) {  // no draw, as PyTorch's dropout with p = 0
-    launch_ew(ctx, Ew::Copy, y, &x);
-    return y;
-  }
   const uint64_t n = static_cast<uint64_t>(x.numel());
   Tensor mask = alloc_mask(ctx, n, saved_category(ctx));
   launch_dropout_mask(ctx, op_, mask, n, p_);

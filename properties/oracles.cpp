@@ -107,6 +107,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   }
   if (!crash.empty()) {
     rep.checks.push_back(bad("capture_clean", Disposition::Crashed, "the run threw: " + crash));
+    rep.checks.back().cuda_error = own.crash_signal;  // the error slot of the bucket: a signal kills differently from a hang
     rep.disposition = Disposition::Crashed;
     return rep;
   }

@@ -179,6 +179,7 @@ std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std
   found["reproduce"] = e.reproduce;
   found["shrinks"] = e.shrinks;
   found["reason"] = e.reason;
+  if (!e.diagnosis.empty()) found["diagnosis"] = e.diagnosis;
   c["_found"] = found;
   if (!write_text_file(path, c.dump(2) + "\n", error)) return "";
   return path;

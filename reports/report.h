@@ -70,6 +70,7 @@ struct CorpusEntry {
   // The system under test that found it: the file's "sut" {name, version}, what `recap replay
   // FILE` runs it on (not part of the case: the file name does not depend on it).
   std::string sut_name, sut_version;
+  std::string diagnosis;  // properties::diagnose(), written in _found when not empty
 };
 std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std::string* error);
 

@@ -85,6 +85,7 @@ void ConsoleReporter::report(const Outcome& o) {
     for (const auto& f : r.failures) {
       std::printf("    %s%s %s: %s (%d shrinks)\n", f.known ? "known: " : "", f.property.c_str(), f.disposition.c_str(),
                   f.reason.c_str(), f.shrinks);
+      if (!f.diagnosis.empty()) std::printf("      diagnosis: %s\n", f.diagnosis.c_str());
       if (!f.flaky.empty()) std::printf("      flaky, not written: replayed in a fresh process it gave %s\n", f.flaky.c_str());
       if (!f.corpus_path.empty()) std::printf("      written: %s\n      replay:  %s\n", f.corpus_path.c_str(),
                                               replay_command(f.corpus_path).c_str());

@@ -23,6 +23,7 @@ Json failure_to_json(const FailureRecord& f) {
   j["chunk"] = f.chunk;
   j["known"] = f.known;
   if (!f.flaky.empty()) j["flaky"] = f.flaky;
+  if (!f.diagnosis.empty()) j["diagnosis"] = f.diagnosis;
   if (!f.corpus_path.empty()) j["replay_command"] = replay_command(f.corpus_path);
   j["case"] = f.case_json;
   j["report"] = f.report;
@@ -44,6 +45,7 @@ FailureRecord failure_from_json(const Json& j) {
   f.chunk = j.value("chunk", 0);
   f.known = j.value("known", false);
   f.flaky = j.value("flaky", "");
+  f.diagnosis = j.value("diagnosis", "");
   f.case_json = j.value("case", Json());
   f.report = j.value("report", Json());
   return f;

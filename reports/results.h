@@ -26,6 +26,7 @@ struct FailureRecord {
   int chunk = 0;            // the campaign chunk it came from (duplicates keep the lowest)
   bool known = false;       // its bucket is in --known-findings: reported, not a failure
   std::string flaky;        // "" or what the shrunk case gave when replayed in a fresh process
+  std::string diagnosis;    // properties::diagnose(): the bug class its symptoms match, or ""
 };
 
 // A finding that is not a failure (the skip policy's lost memory, ...), tallied over the cases

@@ -17,6 +17,7 @@
 #include "harness/cli/progress.h"
 #include "harness/cli/signals.h"
 #include "harness/training/executor.h"
+#include "properties/diagnosis.h"
 
 namespace recap::cli {
 
@@ -63,6 +64,7 @@ CampaignResult from_stats(const properties::FuzzStats& s) {
     f.shrinks = cx.shrinks;
     f.bucket = cx.bucket;
     f.chunk = cx.chunk;
+    f.diagnosis = properties::diagnose(cx.report);
     r.failures.push_back(std::move(f));
   }
   r.buckets = s.buckets;
@@ -200,6 +202,7 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
     e.require_memory_savings = require_memory_savings && f.property == "memory";
     e.sut_name = o.sut_kind;
     e.sut_version = o.sut_info.version;
+    e.diagnosis = f.diagnosis;
     std::string err;
     f.corpus_path = reports::write_corpus_entry(corpus_dir, e, &err);
     if (f.corpus_path.empty()) throw UsageError("--corpus-dir: " + err);

@@ -145,8 +145,10 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   {
     uint64_t mask = 0;
     if (std::string e = runtime::fault_mask_of(f.faults, &mask); !e.empty()) throw UsageError("--fault: " + e);
-    if (!f.faults.empty() && f.sut.sut != "recap")
+    if (!f.faults.empty() && f.sut.sut != "recap" && f.sut.sut != "recap-worker")
       throw UsageError("--fault: fault points are recap's own runtime's; --sut " + f.sut.sut + " has none");
+    if (std::string k = runtime::process_killing_fault(f.faults); !k.empty() && f.sut.sut == "recap")
+      throw UsageError("--fault " + k + " kills the process that runs the case: use --sut recap-worker");
     o.fuzz.gen.faults = f.faults;
   }
   o.fuzz.shrink_limit = f.shrink_limit;

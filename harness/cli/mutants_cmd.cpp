@@ -120,14 +120,23 @@ int mutants(const MutantsArgs& a) {
     Mutant m;
     m.fault = runtime::fault_name(x);
     m.policy = policy_of(x);
-    properties::FuzzStats st = campaign(o, m.policy, {m.fault});
+    // a fault that kills the process runs in a worker process (recap worker), restarted after each
+    // case it kills: the crash is recorded, shrunk and written like any failure
+    CampaignOptions fo = o;
+    if (runtime::fault_kills_process(m.fault)) {
+      SystemUnderTest w = make_sut(o.sut, "recap-worker", o.backend);
+      fo.fuzz.oracle.sut = w.sut;
+      fo.sut_kind = w.kind;
+      fo.sut_info = w.info;
+    }
+    properties::FuzzStats st = campaign(fo, m.policy, {m.fault});
     m.killed = !st.failures.empty();
     m.cases = m.killed ? st.first_failure_case : st.cases;
     m.seconds = m.killed ? st.first_failure_s : st.seconds;
     if (m.killed) {
       CampaignResult r = from_stats(st);
       r.failures.resize(1);
-      save_failures(r, a.corpus_dir, false, o);
+      save_failures(r, a.corpus_dir, false, fo);
       const auto& cx = st.failures[0];
       m.property = r.failures[0].property;
       m.disposition = r.failures[0].disposition;

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "harness/cli/campaign.h"
+#include "properties/diagnosis.h"
 #include "harness/cli/cli.h"
 #include "harness/training/executor.h"
 #include "harness/training/spec.h"
@@ -206,6 +207,7 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
       std::printf("\n");
     }
     for (const auto& f : rep.findings) std::printf("  finding: %s\n", f.c_str());
+    if (std::string d = properties::diagnose(rep); !d.empty()) std::printf("  diagnosis: %s\n", d.c_str());
     // The table when a comparison diverged (or the case did not pass).
     std::string prop;
     for (const auto& c : rep.checks)

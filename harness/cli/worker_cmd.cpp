@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "harness/cli/cli.h"
+#include "harness/runtime/faults.h"
 #include "harness/sut/worker.h"
 
 namespace recap::cli {
@@ -18,6 +19,7 @@ int worker(const WorkerArgs& a) {
   device::BackendChoice choice = device::BackendChoice::Sim;
   device::parse_backend_choice(a.backend, &choice);
   open_device(a.backend);  // an unusable backend is bad usage, said once
+  runtime::g_process_killing_faults_allowed = true;  // a case that kills us costs this worker only
   // Only protocol messages go to the real stdout: anything else printed (by recap or a library)
   // goes to stderr, where the client keeps a tail for crash reports.
   int proto = dup(STDOUT_FILENO);

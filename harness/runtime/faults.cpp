@@ -8,6 +8,7 @@
 namespace recap::runtime {
 
 uint64_t g_fault_mask = 0;
+bool g_process_killing_faults_allowed = false;
 
 std::string fault_mask_of(const std::vector<std::string>& names, uint64_t* mask) {
   uint64_t m = 0;
@@ -39,7 +40,16 @@ uint64_t env_fault_mask() {
 FaultScope::FaultScope(const std::vector<std::string>& names) : previous_(g_fault_mask) {
   uint64_t m = 0;
   fault_mask_of(names, &m);  // the case validated its names; an unknown one adds nothing
-  g_fault_mask = m | env_fault_mask();
+  m |= env_fault_mask();
+  // a process that is not a worker never turns on a fault that kills it (runs.cpp skips the case)
+  if (!g_process_killing_faults_allowed) m &= ~(uint64_t{1} << static_cast<unsigned>(Fault::LayerSegfault));
+  g_fault_mask = m;
+}
+
+std::string process_killing_fault(const std::vector<std::string>& names) {
+  for (const std::string& n : names)
+    if (fault_kills_process(n)) return n;
+  return "";
 }
 
 }  // namespace recap::runtime

@@ -31,6 +31,11 @@ enum class Fault : uint8_t {
   RestoreAcrossCapture,    // class 16: a snapshot taken before the capture is restored inside it
   TrackerKeysDrift,        // class 17: the saved tracker states miss the generator that draws
   HiddenParamGrad,         // class 11: a without-output checkpoint's inner parameters lose their gradients
+  GradAliasesStatic,       // class 24: a microbatch's gradients kept as views of the static grad buffers
+  PoolOrder,               // class 13: graphs sharing a pool captured in one order, replayed in another
+  OutputAliasesInputFreed, // class 25: a without-output checkpoint frees an output that is its input
+  WarmupMutatesBuffers,    // class 26: a weight cache filled in warmup is baked into the graph
+  LayerSegfault,           // a layer's recompute kills the process (SIGSEGV): the crash path
 };
 
 inline constexpr EnumName<Fault> kFaultNames[] = {
@@ -48,7 +53,19 @@ inline constexpr EnumName<Fault> kFaultNames[] = {
     {Fault::RestoreAcrossCapture, "restore-across-capture"},
     {Fault::TrackerKeysDrift, "tracker-keys-drift"},
     {Fault::HiddenParamGrad, "hidden-param-grad"},
+    {Fault::GradAliasesStatic, "grad-aliases-static"},
+    {Fault::PoolOrder, "pool-order"},
+    {Fault::OutputAliasesInputFreed, "output-aliases-input-freed"},
+    {Fault::WarmupMutatesBuffers, "warmup-mutates-buffers"},
+    {Fault::LayerSegfault, "layer-segfault"},
 };
+// A fault that kills the process running the case: only a worker process (`recap worker`, which
+// sets g_process_killing_faults_allowed) turns it on; elsewhere FaultScope leaves it off.
+inline bool fault_kills_process(const std::string& name) { return name == "layer-segfault"; }
+extern bool g_process_killing_faults_allowed;
+// The first of `names` that kills the process, or "".
+std::string process_killing_fault(const std::vector<std::string>& names);
+inline constexpr Fault kLastFault = Fault::LayerSegfault;  // the enum's last value (tests: one table entry each)
 inline std::string fault_name(Fault f) { return name_of(kFaultNames, f); }
 inline bool fault_from_name(const std::string& s, Fault* out) { return from_name(kFaultNames, s, out); }
 

@@ -214,8 +214,12 @@ void WorkerSut::stop(double grace_s) {
       kill(-pid_, SIGKILL);  // a worker in any state, and what it started: its case is over
       waitpid(pid_, &status, 0);
     }
-    if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL)
-      last_exit_ = "died of signal " + std::to_string(WTERMSIG(status));
+    last_signal_.clear();
+    if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
+      const char* abbrev = sigabbrev_np(WTERMSIG(status));
+      last_signal_ = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(WTERMSIG(status));
+      last_exit_ = "died of signal " + std::to_string(WTERMSIG(status)) + " (" + last_signal_ + ")";
+    }
     else if (WIFEXITED(status))
       last_exit_ = "exited with status " + std::to_string(WEXITSTATUS(status));
     else
@@ -348,8 +352,8 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
     const bool closed = std::string(e.what()) == "the worker closed its output";
     std::string tail = refused ? "" : stderr_tail();
     stop(/*grace_s=*/closed ? 5 : 0);  // a worker that closed its output is exiting: let it say how
-    throw std::runtime_error(config_.name + " worker: " + e.what() + (refused ? "" : " (the worker " + last_exit_ + ")") +
-                             tail);
+    throw WorkerCrash(config_.name + " worker: " + e.what() + (refused ? "" : " (the worker " + last_exit_ + ")") + tail,
+                      refused ? "" : last_signal_);
   }
 }
 

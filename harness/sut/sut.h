@@ -95,6 +95,7 @@ class WorkerSut : public Sut {
   int64_t next_id_ = 1;
   std::unordered_set<std::string> checked_eager_;  // eager forms already run twice (determinism_check)
   std::string last_exit_;
+  std::string last_signal_;  // "SIGSEGV" when a signal ended it, else ""
   SutInfo info_;
 };
 

@@ -30,6 +30,12 @@ training::RunResult run_result_of(const Message& obs, const training::CaseSpec& 
 struct SkippedBySut : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A worker died during the case: `signal` names the signal that killed it ("SIGSEGV"), "" when it
+// exited, hung or talked garbage. The case is `crashed`, its bucket carries the signal.
+struct WorkerCrash : std::runtime_error {
+  WorkerCrash(const std::string& what, std::string sig) : std::runtime_error(what), signal(std::move(sig)) {}
+  std::string signal;
+};
 
 // The frames a run request carries (drivers/PROTOCOL.md, "run"): every parameter's initial values
 // (`param <name>`) and every step's inputs and targets (`input|target <step> <microbatch>`), made

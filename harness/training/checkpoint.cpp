@@ -1,6 +1,7 @@
 #include "harness/training/checkpoint.h"
 
 #include <algorithm>
+#include <csignal>
 
 #include "harness/runtime/context.h"
 #include "harness/runtime/faults.h"
@@ -121,6 +122,9 @@ models::Tensor Checkpoint::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
 }
 
 models::Tensor Checkpoint::recompute(Ctx& ctx, const Tensor& x, const Tensor& token, Record& rec) {
+  // layer-segfault: the crash path (a recompute that dereferences freed host memory in a real
+  // framework); recap runs it only in a worker process (runtime::fault_kills_process)
+  if (fault_on(Fault::LayerSegfault)) std::raise(SIGSEGV);
   CtxFieldsScope scope(ctx);
   ctx.phase = Phase::Recompute;
   ctx.save_for_backward = true;
@@ -173,10 +177,19 @@ models::Tensor Checkpoint::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
   return dx;
 }
 
-int Checkpoint::discard_output(Saved& own, Saved& consumer) {
+int Checkpoint::discard_output(Ctx& ctx, Saved& own, Saved& consumer) {
   if (config_.style != CheckpointStyle::WithoutOutput || bypassed(own) || own.tensors.size() != 2) return 0;
   Record& rec = record_of(own, "discard_output");
   if (rec.discarded || !rec.output.storage) return 0;
+  // An output that is its input (dropout with p = 0 returns its input, as ATen's does) is not
+  // discarded: freeing it frees the input the recompute starts from (Megatron-LM #4497, whose fix
+  // skips it). output-aliases-input-freed discards it anyway, and the freed memory is reused before
+  // the recompute reads it (modelled by poisoning it with NaN bytes).
+  if (rec.output.storage == own.tensors[0].storage) {
+    if (!fault_on(Fault::OutputAliasesInputFreed)) return 0;
+    const Tensor& in = own.tensors[0];
+    if (!device::ok(ctx.dev.memset_async(in.data, 0xFF, in.bytes(), ctx.stream))) return 0;
+  }
   std::vector<std::pair<Tensor*, ptrdiff_t>> found;
   collect_holes(consumer, rec.output.storage.get(), found);
   for (auto& [t, off] : found) {

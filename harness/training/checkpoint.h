@@ -99,7 +99,7 @@ class Checkpoint : public models::Layer {
   // WithoutOutput protocol (see the file comment). Both are no-ops unless this is a
   // WithoutOutput checkpoint whose forward (the one that filled `own`) checkpointed.
   // Returns the number of references replaced by holes.
-  int discard_output(models::Saved& own, models::Saved& consumer);
+  int discard_output(models::Ctx& ctx, models::Saved& own, models::Saved& consumer);
   // Rematerializes the output and fills the holes; must run before the consumer's backward.
   void recompute_output(models::Ctx& ctx, models::Saved& own, models::Saved& consumer);
 

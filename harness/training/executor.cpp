@@ -170,9 +170,10 @@ class PerLayerGraphs : public Executor {
           s_gout_[l][m] = t_.alloc.alloc(shape, t_.spec.model.dtype, device::MemCategory::Other);
         }
       }
+      if (fault_on(Fault::WarmupMutatesBuffers)) swap_in_weight_cache();
       GraphCaptureScope capturing;
       int f = 0, b = 0;
-      for (int e : t_.order) {
+      for (int e : capture_order()) {
         if (e > 0) {
           for (size_t l = 0; l < graphed_.size(); ++l)
             if (graphed_[l]) capture_unit(l, f, true, W);
@@ -186,6 +187,7 @@ class PerLayerGraphs : public Executor {
     } catch (...) {
       out.failure = failure_from_current_exception("capture", pos_.pass, pos_.layer, pos_.microbatch, W);
       abandon_capture(t_.dev, t_.capture);
+      if (weights_swapped_) swap_in_weight_cache();
       t_.rng.restore(saved_rng);
       for (Checkpoint* c : t_.checkpoints) c->reset();
       for (auto& row : cap_saved_)
@@ -195,6 +197,7 @@ class PerLayerGraphs : public Executor {
     }
     t_.rng.restore(saved_rng);
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "after capture");
+    if (fault_on(Fault::WarmupMutatesBuffers)) swap_in_weight_cache();  // the live weights back; graphs keep the cache
     if (fault_on(Fault::FreeUnderGraph)) rebind_static_inputs();
     out.captured = true;
     out.graphs = static_cast<int>(units_.size());
@@ -235,7 +238,7 @@ class PerLayerGraphs : public Executor {
 
   void launch_unit(size_t idx, device::Stream s) {
     if (units_.empty()) throw ReplayOrderError("no graphs were captured");
-    if (idx != cursor_)
+    if (idx != cursor_ && !fault_on(Fault::PoolOrder))  // pool-order: no check, as make_graphed_callables trusts _order
       throw ReplayOrderError("graph replay out of record order: expected " + describe(units_[cursor_]) + " (graph " +
                              std::to_string(cursor_ + 1) + " of " + std::to_string(units_.size()) + "), got " +
                              describe(units_[idx]));
@@ -282,7 +285,7 @@ class PerLayerGraphs : public Executor {
               y = t_.layers[l]->forward(c, x, es[m][l]);
             }
             if (l > 0 && !graphed_[l - 1] && t_.discard_pair(l - 1))
-              t_.top_checkpoints[l - 1]->discard_output(es[m][l - 1], es[m][l]);
+              t_.top_checkpoints[l - 1]->discard_output(c, es[m][l - 1], es[m][l]);
             x = y;
           }
         }
@@ -308,11 +311,16 @@ class PerLayerGraphs : public Executor {
             g = t_.layers[l]->backward(c, g, es[m][l]);
           }
         }
-        t_.copy_grads(c, m);
+        // grad-aliases-static: the microbatch's gradients are kept as views of the buffers the
+        // graphs accumulate into (no copy), so they read what the step's last replay left there
+        const bool aliased = fault_on(Fault::GradAliasesStatic) && !units_.empty();
+        if (!aliased) t_.copy_grads(c, m);
         dy[m] = Tensor{};
         last = m;
       }
     }
+    if (fault_on(Fault::GradAliasesStatic) && !units_.empty())
+      for (int m = 0; m < M; ++m) t_.copy_grads(c, m);
     pos_ = Position{"replay", "", "", -1, step};
     models::sgd_update(c, t_.params, t_.spec.lr);
     return t_.finish_step(step, "replay", loss, last, t0);
@@ -333,6 +341,38 @@ class PerLayerGraphs : public Executor {
       t_.layers[l]->forward(c, t_.input[0], scratch);
     }
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "after the builder's warmup");
+  }
+
+  // The order graphs are captured in: the replay order (t_.order), so that graphs sharing a pool
+  // reuse memory only as their replays do. pool-order (bug class 13): always one forward then one
+  // backward per microbatch, whatever order the replays follow.
+  std::vector<int> capture_order() const {
+    if (!fault_on(Fault::PoolOrder)) return t_.order;
+    std::vector<int> o;
+    for (int m = 0; m < t_.spec.microbatches; ++m) o.insert(o.end(), {1, -1});
+    return o;
+  }
+
+  // warmup-mutates-buffers (bug class 21): a cache of each graphed layer's weights, filled from
+  // the weights the warmup left (TransformerEngine's cast cache of is_first_microbatch), is what
+  // the capture reads; called again after capture, the live weights are back in place while the
+  // graphs keep reading the cache, which no optimizer step reaches.
+  void swap_in_weight_cache() {
+    for (size_t l = 0; l < graphed_.size(); ++l) {
+      if (!graphed_[l]) continue;
+      for (models::Param* p : t_.layers[l]->params()) {
+        Tensor& cached = weight_cache_[p];
+        if (!cached.defined()) {
+          cached = t_.alloc.alloc(p->value.shape, p->value.dtype, device::MemCategory::Other);
+          check(t_.dev.memcpy_async(cached.data, p->value.data, p->value.bytes(), device::CopyKind::DeviceToDevice,
+                                    t_.main),
+                "cudaMemcpyAsync", "the weight cache");
+          check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "the weight cache");
+        }
+        std::swap(p->value, cached);
+      }
+    }
+    weights_swapped_ = !weights_swapped_;
   }
 
   // free-under-graph (bug class 9): the static inputs are rebound to fresh buffers after capture
@@ -359,6 +399,7 @@ class PerLayerGraphs : public Executor {
     for (auto& row : cap_saved_)
       for (Saved& s : row) s.clear();
     for (Checkpoint* c : t_.checkpoints) c->reset();
+    weight_cache_.clear();
     for (PoolId p : pools_) {
       try {
         t_.alloc.destroy_pool(p);
@@ -377,6 +418,8 @@ class PerLayerGraphs : public Executor {
   PoolId shared_pool_ = 0;
   std::vector<PoolId> pools_;
   std::map<std::string, RngState> pre_capture_rng_;  // restore-across-capture restores it inside
+  std::map<models::Param*, Tensor> weight_cache_;     // warmup-mutates-buffers only
+  bool weights_swapped_ = false;
   Position pos_;
 };
 

@@ -233,7 +233,7 @@ Tensor Trainer::forward_microbatch(Ctx& c, int mb, std::vector<Saved>& saved, Te
     };
     if (around) around(l, mb, true, call);
     else call();
-    if (l > 0 && discard_pair(l - 1)) top_checkpoints[l - 1]->discard_output(saved[l - 1], saved[l]);
+    if (l > 0 && discard_pair(l - 1)) top_checkpoints[l - 1]->discard_output(c, saved[l - 1], saved[l]);
     x = y;
   }
   *loss = models::mse_loss(c, x, target[mb], dy);

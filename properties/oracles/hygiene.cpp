@@ -46,7 +46,12 @@ CheckResult judge(Runs& runs) {
   CheckResult c;
   try {
     Run ir = run_on_fresh_device(inj, runs.options());
-    if (!ir.crash.empty()) throw std::runtime_error(ir.crash);
+    if (!ir.crash.empty()) {
+      c = bad(p, Disposition::Crashed, "after an injected capture failure: " + ir.crash);
+      c.cuda_error = ir.crash_signal;  // as capture_clean's: the bucket names the signal
+      runs.report().timings["hygiene_ms"] = ms_since(t0);
+      return c;
+    }
     if (!ir.skipped.empty()) {
       runs.report().timings["hygiene_ms"] = ms_since(t0);
       return skipped(p, "the injected capture failure cannot run on the system under test: " + ir.skipped);

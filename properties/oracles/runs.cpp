@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "harness/runtime/faults.h"
 #include "properties/oracles/oracle.h"
 
 #include "harness/sut/worker.h"
@@ -119,6 +120,8 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
       r.backend = s.backend;
     } else if (std::string why = training::unmodelled(spec); !why.empty()) {
       r.skipped = why;  // as `recap worker` answers it
+    } else if (std::string f = runtime::process_killing_fault(spec.faults); !f.empty()) {
+      r.skipped = "fault " + f + " kills the process that runs the case: only a worker runs it (--sut recap-worker)";
     } else {
       auto dev = new_device(opts.backend);
       r.device_name = dev->name();
@@ -130,6 +133,9 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     }
   } catch (const sut::SkippedBySut& e) {
     r.skipped = e.what();
+  } catch (const sut::WorkerCrash& e) {
+    r.crash = e.what();
+    r.crash_signal = e.signal;
   } catch (const std::exception& e) {
     r.crash = e.what();
   } catch (...) {

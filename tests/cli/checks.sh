@@ -287,7 +287,7 @@ fuzz_sut_worker_crash_is_a_case)
     case $fault in
       abort) grep -q "the worker died of signal 6" out.txt || { cat out.txt; fail "abort: the reason does not name the signal"; }
              # the worker's stderr tail: the line its fault wrote before aborting
-             grep -q "(the worker died of signal 6); stderr: recap worker: RECAP_FAULT_WORKER abort@4: aborting in run 4" fabort.json ||
+             grep -q "(the worker died of signal 6 (SIGABRT)); stderr: recap worker: RECAP_FAULT_WORKER abort@4: aborting in run 4" fabort.json ||
                fail "abort: the report's reason lacks the worker's stderr" ;;
       garbage) grep -q "a header that is not JSON: 'garbage instead of an observation'" out.txt || { cat out.txt; fail "garbage: reason"; } ;;
     esac
@@ -333,7 +333,7 @@ sut_worker_env)
   "$recap" replay --backend sim --sut recap-worker --worker-env RECAP_FAULT_WORKER=abort@1 "$src/corpus/graph-safe-eager.json" > out.txt
   rc=$?; cat out.txt
   [ "$rc" -eq 1 ] || fail "exit $rc, expected 1"
-  grep -q "recap-worker worker: the worker closed its output (the worker died of signal 6)" out.txt || fail "the worker did not get the variable"
+  grep -q "recap-worker worker: the worker closed its output (the worker died of signal 6 (SIGABRT))" out.txt || fail "the worker did not get the variable"
   # ... and not in recap's: RECAP_FAULT_ABORT, read by recap's own campaign processes (--jobs), set
   # for the workers only, aborts no shard.
   "$recap" fuzz --backend sim --sut recap-worker --worker-env RECAP_FAULT_ABORT=1:3 --policy graph-safe --seed 5 --cases 200 \
@@ -352,7 +352,7 @@ json.dump(c, open("worker-case.json", "w"), indent=2)
 PY
   RECAP_FAULT_WORKER=abort@1 "$recap" replay --backend sim worker-case.json --report w.json > out.txt; rc=$?; cat out.txt
   [ "$rc" -eq 1 ] || fail "the file's sut: exit $rc, expected 1"
-  grep -q "recap-worker worker: the worker closed its output (the worker died of signal 6)" out.txt || fail "not run by recap-worker"
+  grep -q "recap-worker worker: the worker closed its output (the worker died of signal 6 (SIGABRT))" out.txt || fail "not run by recap-worker"
   RECAP_FAULT_WORKER=abort@1 "$recap" replay --backend sim --sut recap worker-case.json --report r.json > out2.txt ||
     { cat out2.txt; fail "--sut recap: exit $?"; }
   python3 - w.json r.json <<'PY' || fail "the report's context"
@@ -504,6 +504,66 @@ for f in s["failures"]:
 print(len(b), "buckets:", ", ".join(b))
 PY
   for f in f3/*.json; do "$recap" replay --backend sim "$f" > rep.txt || { cat rep.txt; fail "$f does not replay as expected"; }; done
+  ;;
+fuzz_segfault_is_a_finding)
+  # layer-segfault kills the process that runs a case. In recap's own process it is refused (exit
+  # 2); with --sut recap-worker each case runs in a worker: the case that killed it is crashed with
+  # its signal, shrunk in workers (each death costs one), written as `crashed`, and the campaign
+  # goes on to its last case.
+  "$recap" fuzz --backend sim --fault layer-segfault --cases 5 --seed 1 > refused.txt 2>&1; rc=$?
+  [ "$rc" -eq 2 ] && grep -q "use --sut recap-worker" refused.txt || { cat refused.txt; fail "in process: exit $rc, expected 2"; }
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$recap" fuzz --backend sim --sut recap-worker --policy graph-safe --fault layer-segfault --seed 1 --cases 40 \
+    --corpus-dir seg --report seg.json > out.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat out.txt; fail "exit $rc, expected 1"; }
+  "$py" - seg.json <<'PY' || fail "crashed bucket"
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+assert s["cases"] == 40, s["cases"]  # every case ran: a dead worker costs its case only
+assert s["buckets"].get("capture_clean/crashed//SIGSEGV/", 0) > 0, s["buckets"]
+f = [f for f in s["failures"] if f["bucket"] == "capture_clean/crashed//SIGSEGV/"][0]
+c = json.load(open(f["corpus_file"]))
+assert c["expected"] == {"disposition": "crashed", "property": "capture_clean", "error": "SIGSEGV"}, c["expected"]
+assert c["sut"]["name"] == "recap-worker" and c["faults"] == ["layer-segfault"], (c["sut"], c["faults"])
+assert len(c["layers"]) == 1 and f["shrinks"] > 0, (len(c["layers"]), f["shrinks"])
+print("crashed:", f["reason"][:120])
+PY
+  for f in seg/*.json; do "$recap" replay --backend sim "$f" > rep.txt || { cat rep.txt; fail "$f does not replay as expected"; }; done
+  ;;
+mutants_diagnosed)
+  # Every fault's reproducer is diagnosed as its bug class (docs/faults.md's table): the rules read
+  # symptoms and configuration only, never the case's "faults".
+  bad=0
+  while read -r fault want; do
+    d=$("$recap" replay --backend sim "$src/corpus/mutants/$fault.json" | grep "^  diagnosis: " | head -n 1)
+    case "$want" in
+      [0-9]*) classes=$(printf '%s' "$d" | sed -n 's/^  diagnosis: class \([^:]*\):.*/\1/p' | tr -c '0-9\n' ' ')
+              case " $classes " in *" $want "*) ;; *) echo "$fault: want class $want, got: $d"; bad=1 ;; esac ;;
+      *) case "$d" in *"$want"*) ;; *) echo "$fault: want '$want', got: $d"; bad=1 ;; esac ;;
+    esac
+  done <<'ROWS'
+rng-snapshot-is-handle 3
+rng-offset-baked 4
+generator-not-registered 5
+phase-flag-leak 6
+warmup-consumes-rng 7
+static-input-stale 8
+free-under-graph 9
+microbatch-index 10
+hidden-param-grad 11
+pool-order 13
+alloc-in-capture 14
+side-stream-unjoined 15
+restore-across-capture 16
+tracker-keys-drift 17
+output-aliases-input-freed 19
+warmup-mutates-buffers 21
+grad-aliases-static 24
+grad-accum-not-zeroed gradients not zeroed
+layer-segfault died of a signal
+ROWS
+  [ "$bad" -eq 0 ] || fail "a reproducer is not diagnosed as its class"
+  [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 19 ] || fail "a fault without a row here"
   ;;
 *) fail "unknown check $name" ;;
 esac

@@ -40,7 +40,7 @@ TEST(WorkerSut, AWorkerThatExitsBeforeHelloSaysHowWithItsStderr) {
 
 TEST(WorkerSut, TheStderrTailIsTheLastFiveLinesOnOne) {
   std::string e = hello_error(shell("for i in 1 2 3 4 5 6 7 8; do echo line $i >&2; echo >&2; done; kill -ABRT $$"));
-  EXPECT_EQ(e, "the worker died of signal 6 before answering hello; stderr: line 4 | line 5 | line 6 | line 7 | line 8");
+  EXPECT_EQ(e, "the worker died of signal 6 (SIGABRT) before answering hello; stderr: line 4 | line 5 | line 6 | line 7 | line 8");
 }
 
 TEST(WorkerSut, TheStderrTailIsAtMost600Bytes) {

@@ -24,10 +24,27 @@ TEST(Faults, OffByDefault) {
 TEST(Faults, OneTableNamesEveryFaultOnce) {
   std::set<std::string> names;
   for (const auto& e : runtime::kFaultNames) names.insert(e.name);
-  const size_t count = static_cast<size_t>(Fault::HiddenParamGrad) + 1;  // the enum's last value
+  const size_t count = static_cast<size_t>(runtime::kLastFault) + 1;
   EXPECT_EQ(std::size(runtime::kFaultNames), count);
   EXPECT_EQ(names.size(), count);
   for (const auto& e : runtime::kFaultNames) EXPECT_EQ(runtime::fault_name(e.value), e.name);
+}
+
+// layer-segfault kills the process: only a worker (which allows it) turns it on.
+TEST(Faults, ProcessKillingFaultOnlyInAWorker) {
+  {
+    runtime::FaultScope on({"layer-segfault", "pool-order"});
+    EXPECT_FALSE(fault_on(Fault::LayerSegfault));
+    EXPECT_TRUE(fault_on(Fault::PoolOrder));
+  }
+  runtime::g_process_killing_faults_allowed = true;
+  {
+    runtime::FaultScope on({"layer-segfault"});
+    EXPECT_TRUE(fault_on(Fault::LayerSegfault));
+  }
+  runtime::g_process_killing_faults_allowed = false;
+  EXPECT_EQ(runtime::process_killing_fault({"pool-order", "layer-segfault"}), "layer-segfault");
+  EXPECT_EQ(runtime::process_killing_fault({"pool-order"}), "");
 }
 
 TEST(Faults, ScopeTurnsOnItsFaultsAndRestores) {

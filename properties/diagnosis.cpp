@@ -1,0 +1,136 @@
+// The diagnosis rules (diagnosis.h): one table, first match wins. Each rule is a symptom of the
+// failing check plus what the case configures; where one symptom fits several classes the name
+// says which, as a reviewer would narrow it down.
+#include "properties/diagnosis.h"
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+namespace recap::properties {
+
+namespace {
+
+using training::CaseSpec;
+
+bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+bool any_dropout(const CaseSpec& s) {
+  for (const auto& l : s.model.layers)
+    if (l.dropout > 0.0f) return true;
+  return false;
+}
+
+bool saves_host_rng(const CaseSpec& s) {  // checkpoints that save and restore RNG states eagerly
+  return s.any_checkpoint() && s.policy != training::CheckpointPolicy::GraphSafe;
+}
+
+// The first divergence of the failing check, "" fields when it has none.
+struct Symptom {
+  const CaseSpec& spec;
+  const CheckResult& check;
+  bool diverged() const { return check.divergence.has_value(); }
+  int step() const { return diverged() ? check.divergence->step : -1; }
+  int microbatch() const { return diverged() ? check.divergence->microbatch : -1; }
+  bool is(const char* property, Disposition d) const { return check.property == property && check.disposition == d; }
+};
+
+struct Rule {
+  const char* bug_class;  // "13", "3 or 17", "-" (not in the catalogue)
+  const char* name;
+  std::function<bool(const Symptom&)> matches;
+};
+
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> table = {
+      {"-", "the process running the case died of a signal: a crash inside the system under test, not a wrong result",
+       [](const Symptom& s) { return s.check.disposition == Disposition::Crashed && has(s.check.cuda_error, "SIG"); }},
+      {"1", "a reentrant checkpoint refuses the graph builder's torch.autograd.grad backward",
+       [](const Symptom& s) {
+         return s.is("capture_clean", Disposition::Failed) && has(s.check.reason, "checkpoint") &&
+                (has(s.check.reason, "autograd.grad") || has(s.check.reason, "torch.autograd.backward"));
+       }},
+      {"14", "memory allocated while capturing",
+       [](const Symptom& s) { return s.is("capture_clean", Disposition::Failed) && has(s.check.api, "alloc"); }},
+      {"14", "a synchronizing call while capturing (with a host generator, reading its state: class 4)",
+       [](const Symptom& s) {
+         return s.is("capture_clean", Disposition::Failed) && s.check.cuda_error == "cudaErrorStreamCaptureUnsupported";
+       }},
+      {"15", "work forked from the capture to a side stream never joined back",
+       [](const Symptom& s) {
+         return s.is("capture_clean", Disposition::Failed) && s.check.cuda_error == "cudaErrorStreamCaptureUnjoined";
+       }},
+      {"2", "recompute switched off during graph warmup and capture: the graphs keep every activation",
+       [](const Symptom& s) { return s.check.property == "memory" && has(s.check.reason, "recompute lost inside graphs"); }},
+      {"6", "graph phase flags left set after a failed capture",
+       [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect); }},
+      {"4 or 5", "replays repeat one mask: an RNG offset baked into the graph, or a generator not registered with the capture",
+       [](const Symptom& s) { return s.is("rng_ledger", Disposition::Incorrect) && has(s.check.reason, "reused across steps"); }},
+      {"3 or 17",
+       "the recompute draws other numbers than the forward in an eager run: the checkpoint's saved RNG state does not "
+       "restore the generator that draws (a live handle, class 3, or a tracker state left out, class 17)",
+       [](const Symptom& s) {
+         return (s.is("rng_ledger", Disposition::Incorrect) || s.is("recompute_on_off", Disposition::Incorrect)) &&
+                s.spec.executor == training::ExecutorKind::Eager && saves_host_rng(s.spec) && any_dropout(s.spec);
+       }},
+      {"19",
+       "non-finite values where a without-output checkpoint discarded its output: the output shared its memory with "
+       "the input the recompute starts from, and discarding it freed that input",
+       [](const Symptom& s) {
+         return (s.is("recompute_on_off", Disposition::Incorrect) || s.is("eager_vs_graphed", Disposition::Incorrect)) &&
+                s.spec.style == training::CheckpointStyle::WithoutOutput && s.spec.any_checkpoint() && s.diverged() &&
+                !std::isfinite(s.check.divergence->max_abs_error);
+       }},
+      {"11 or 19",
+       "a without-output checkpoint's backward differs from no checkpoint: inner parameters lost their gradients "
+       "(class 11) or the discarded output shared memory the recompute needs (class 19)",
+       [](const Symptom& s) {
+         return s.is("recompute_on_off", Disposition::Incorrect) && s.spec.style == training::CheckpointStyle::WithoutOutput;
+       }},
+      {"8, 21 or 4",
+       "the first replay agrees with eager and a later one departs: something the capture baked went stale (static "
+       "inputs not refilled, class 8; state filled in warmup, class 21; a baked RNG offset, class 4)",
+       [](const Symptom& s) {
+         return s.is("eager_vs_graphed", Disposition::Incorrect) && s.spec.executor != training::ExecutorKind::Eager &&
+                s.step() > s.spec.warmup;
+       }},
+      {"4, 7 or 16",
+       "the graphed run draws other numbers from its first replay: an RNG offset baked into the graph (class 4), "
+       "warmup or capture moved the generators and nobody put them back (class 7), or a snapshot crossed the capture "
+       "boundary (class 16)",
+       [](const Symptom& s) {
+         return s.is("eager_vs_graphed", Disposition::Incorrect) && s.step() == s.spec.warmup && any_dropout(s.spec) &&
+                !has(s.check.divergence->tensor, "grad");
+       }},
+      {"9, 10, 13 or 24",
+       "the first replay departs from eager without random draws involved: graphs read memory something else "
+       "overwrote (a static buffer freed, class 9; shared by microbatches, class 10; graphs sharing a pool replayed "
+       "out of capture order, class 13; gradients kept as views of static buffers, class 24)",
+       [](const Symptom& s) {
+         return s.is("eager_vs_graphed", Disposition::Incorrect) && s.step() == s.spec.warmup &&
+                (!any_dropout(s.spec) || has(s.check.divergence->tensor, "grad"));
+       }},
+      // last: a graphed run whose capture went wrong fails training too; this is when nothing else did
+      {"-", "state carried from one step into the next (gradients not zeroed between steps)",
+       [](const Symptom& s) { return s.is("training", Disposition::Incorrect); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::string diagnose(const CaseReport& r) {
+  // rule-major: a specific symptom on any failing check (masks reused, in rng_ledger) wins over a
+  // generic one on the first (a divergence from eager)
+  for (const Rule& rule : rules())
+    for (const auto& c : r.checks) {
+      if (c.disposition != Disposition::Failed && c.disposition != Disposition::Incorrect &&
+          c.disposition != Disposition::Crashed)
+        continue;
+      if (rule.matches(Symptom{r.spec, c}))
+        return std::string(rule.bug_class) == "-" ? rule.name : std::string("class ") + rule.bug_class + ": " + rule.name;
+    }
+  return "";
+}
+
+}  // namespace recap::properties
