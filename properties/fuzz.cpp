@@ -203,12 +203,14 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
 
   const int chunks = (opts.cases + kChunk - 1) / kChunk;
   for (int c = 0; c < chunks; ++c) {
-    if (c % shards != shard) continue;
+    if (c % shards != shard || opts.skip_chunks.count(c)) continue;
     if (out_of_time()) break;
     if (!opts.keep_going && opts.max_failures > 0 && static_cast<int>(st.failures.size()) >= opts.max_failures) break;
     const int n = std::min(kChunk, opts.cases - c * kChunk);
     const uint64_t chunk_seed = splitmix(opts.seed ^ splitmix(static_cast<uint64_t>(c) + 1));
     std::set<std::string> shrunk;  // buckets shrunk in this chunk (keep_going)
+    reports::ChunkTotals& totals = st.chunks[c];
+    bool cut = false;  // a shrink stopped by a signal: its counterexample is not the uninterrupted one
 
     // One RapidCheck run, or with keep_going one more after each counterexample, over the
     // chunk's remaining cases (run r > 0 has a seed of its own, so the cases stay deterministic).
@@ -226,7 +228,10 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
         CaseSpec spec = *gen_case(opts.gen);
         if (!shrinking && out_of_time()) return;  // budget spent: finish the run without running
         if (shrinking) {
-          if (stopped()) return;  // asked to stop: the smallest failing case so far is kept
+          if (stopped()) {  // asked to stop: the smallest failing case so far is kept
+            cut = true;
+            return;
+          }
           if (opts.shrink_limit > 0 && evaluations_in_shrink >= opts.shrink_limit) return;  // counts as passing
           ++evaluations_in_shrink;
         }
@@ -235,14 +240,23 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
         if (!shrinking) {
           ++ran;
           ++st.cases;
+          ++totals.cases;
           st.by_disposition[disposition_name(rep.disposition)]++;
-          for (const auto& l : classify(spec)) st.classification[l]++;
+          totals.by_disposition[disposition_name(rep.disposition)]++;
+          for (const auto& l : classify(spec)) {
+            st.classification[l]++;
+            totals.classification[l]++;
+          }
           for (const auto& f : rep.findings) {
             int64_t bytes = 0;
             for (const auto& k : rep.checks) bytes = std::max(bytes, k.bytes);
             reports::tally_finding(&st.finding_tallies, finding_key(f), bytes);
+            reports::tally_finding(&totals.finding_tallies, finding_key(f), bytes);
           }
-          if (fails) st.buckets[bucket_of(rep)]++;
+          if (fails) {
+            st.buckets[bucket_of(rep)]++;
+            totals.buckets[bucket_of(rep)]++;
+          }
           if (fails && st.first_failure_case == 0) {
             st.first_failure_case = st.cases;
             st.first_failure_s = elapsed();
@@ -306,6 +320,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
         break;  // the run went through every remaining case
       }
     }
+    totals.complete = left == 0 && !cut;
   }
   st.findings = reports::finding_lines(st.finding_tallies);
   st.seconds = elapsed();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,8 @@ struct FuzzOptions {
   // Set by a signal handler (harness/cli/signals.h): like a spent time budget, and a shrink in
   // progress keeps the smallest failing case found so far. Null: never.
   const std::atomic<bool>* stop = nullptr;
+  // Chunks not to run (--resume: the complete chunks of an interrupted campaign's report).
+  std::set<int> skip_chunks;
 };
 
 struct Counterexample {
@@ -58,6 +61,7 @@ struct FuzzStats {
   std::map<std::string, int> classification;    // "checkpoint+capture+dropout" -> 412, "executor=per-layer" -> ...
   std::vector<std::string> findings;            // distinct non-failing findings (memory ...), with counts
   std::map<std::string, reports::FindingTally> finding_tallies;  // what `findings` says, as counts
+  std::map<int, reports::ChunkTotals> chunks;  // the same totals per chunk, and which chunks ran to their end
   std::map<std::string, int> buckets;           // bucket_of() -> failing cases in it
   std::vector<Counterexample> failures;
   double seconds = 0.0;

@@ -45,6 +45,11 @@ Json campaign_summary_json(const CampaignResult& r) {
   }
   s["failures"] = f;
   s["crashes"] = r.crashes;
+  // what --resume needs: each chunk's totals, and the chunk of each entry of "cases"
+  Json ch = Json::array();
+  for (const auto& [c, t] : r.chunks) ch.push_back(chunk_totals_to_json(c, t));
+  s["chunks"] = ch;
+  s["report_chunks"] = r.report_chunks;
   s["seconds"] = r.seconds;
   s["cases_per_minute"] = r.seconds > 0 ? r.cases * 60.0 / r.seconds : 0.0;
   return s;

@@ -74,6 +74,29 @@ std::vector<std::string> finding_lines(const std::map<std::string, FindingTally>
   return lines;
 }
 
+Json chunk_totals_to_json(int chunk, const ChunkTotals& t) {
+  Json tallies = Json::object();
+  for (const auto& [k, v] : t.finding_tallies) tallies[k] = {v.cases, v.min_bytes, v.max_bytes};
+  return {{"chunk", chunk}, {"cases", t.cases}, {"complete", t.complete}, {"by_disposition", t.by_disposition},
+          {"classification", t.classification}, {"buckets", t.buckets}, {"finding_tallies", tallies}};
+}
+
+std::pair<int, ChunkTotals> chunk_totals_from_json(const Json& j) {
+  ChunkTotals t;
+  try {
+    t.cases = j.at("cases").get<int>();
+    t.complete = j.at("complete").get<bool>();
+    t.by_disposition = j.at("by_disposition").get<std::map<std::string, int>>();
+    t.classification = j.at("classification").get<std::map<std::string, int>>();
+    t.buckets = j.at("buckets").get<std::map<std::string, int>>();
+    for (const auto& [k, v] : j.at("finding_tallies").items())
+      t.finding_tallies[k] = {v.at(0).get<int>(), v.at(1).get<int64_t>(), v.at(2).get<int64_t>()};
+    return {j.at("chunk").get<int>(), t};
+  } catch (const Json::exception& e) {
+    throw std::runtime_error(std::string("a chunk's totals: ") + e.what());
+  }
+}
+
 Json campaign_to_json(const CampaignResult& r) {
   Json j = Json::object();
   j["cases"] = r.cases;
@@ -87,6 +110,9 @@ Json campaign_to_json(const CampaignResult& r) {
   j["report_chunks"] = r.report_chunks;
   j["seconds"] = r.seconds;
   j["crashes"] = r.crashes;
+  Json ch = Json::array();
+  for (const auto& [c, t] : r.chunks) ch.push_back(chunk_totals_to_json(c, t));
+  j["chunks"] = ch;
   Json f = Json::array();
   for (const auto& x : r.failures) f.push_back(failure_to_json(x));
   j["failures"] = f;
@@ -107,6 +133,7 @@ CampaignResult campaign_from_json(const Json& j) {
   r.report_chunks = j.value("report_chunks", std::vector<int>{});
   r.seconds = j.value("seconds", 0.0);
   r.crashes = j.value("crashes", std::vector<std::string>{});
+  for (const auto& c : j.value("chunks", Json::array())) r.chunks.insert(chunk_totals_from_json(c));
   for (const auto& f : j.value("failures", Json::array())) r.failures.push_back(failure_from_json(f));
   for (const auto& c : j.value("reports", Json::array())) r.reports.push_back(c);
   return r;
@@ -123,6 +150,7 @@ void merge_into(CampaignResult& into, CampaignResult&& from) {
   for (auto& c : from.reports) into.reports.push_back(std::move(c));
   for (auto& f : from.failures) into.failures.push_back(std::move(f));
   for (auto& c : from.crashes) into.crashes.push_back(std::move(c));
+  for (auto& [c, t] : from.chunks) into.chunks[c] = std::move(t);
 }
 
 }  // namespace recap::reports

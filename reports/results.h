@@ -39,6 +39,18 @@ void tally_finding(std::map<std::string, FindingTally>* tallies, const std::stri
 // "memory: recompute lost inside graphs (skip): 12 cases, 4096 to 65536 bytes", in key order.
 std::vector<std::string> finding_lines(const std::map<std::string, FindingTally>& tallies);
 
+// What one chunk of 100 cases added to a campaign's totals, and whether it ran to its end (not
+// cut by a signal or the time budget): --resume keeps the complete chunks and runs the others.
+struct ChunkTotals {
+  int cases = 0;
+  bool complete = false;
+  std::map<std::string, int> by_disposition, classification, buckets;
+  std::map<std::string, FindingTally> finding_tallies;
+};
+Json chunk_totals_to_json(int chunk, const ChunkTotals& t);
+// Throws std::runtime_error naming the field that is wrong.
+std::pair<int, ChunkTotals> chunk_totals_from_json(const Json& j);
+
 struct CampaignResult {
   int cases = 0;
   std::map<std::string, int> by_disposition;
@@ -50,6 +62,7 @@ struct CampaignResult {
   std::vector<int> report_chunks;  // the chunk of each report: shards merge into case order
   std::vector<FailureRecord> failures;
   std::vector<std::string> crashes;  // worker processes that died: one line each (with the shard)
+  std::map<int, ChunkTotals> chunks;  // chunk -> its totals (shards run disjoint chunks)
   double seconds = 0.0;
 };
 

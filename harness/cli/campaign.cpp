@@ -68,6 +68,7 @@ CampaignResult from_stats(const properties::FuzzStats& s) {
     r.failures.push_back(std::move(f));
   }
   r.buckets = s.buckets;
+  r.chunks = s.chunks;
   return r;
 }
 
@@ -122,6 +123,85 @@ CampaignResult run_campaign(const CampaignOptions& o) {
   }
   if (o.worker_out.empty()) one_per_bucket(r);  // a worker's parent merges first
   return r;
+}
+
+CampaignResult read_resumed(const std::string& path, CampaignOptions* o) {
+  Json rep;
+  JsonLimits lim;
+  lim.max_bytes = size_t{1} << 30;  // a report holds every case's report: 1 GiB is 200,000 cases
+  if (std::string err = read_json_file(path, &rep, lim); !err.empty()) throw UsageError("--resume: " + err);
+  auto bad = [&](const std::string& why) { return UsageError("--resume " + one_line(path, 120) + ": " + why); };
+  if (!rep.is_object() || rep.value("schema", Json()) != Json(reports::kReportSchema)) throw bad("not a recap.report/1");
+  const Json ctx = rep.value("context", Json::object());
+  const Json summary = rep.value("summary", Json::object());
+  if (!ctx.is_object() || !summary.is_object() || !summary.contains("chunks") || !summary.contains("report_chunks"))
+    throw bad("no chunk totals (a report of recap fuzz from before --resume, or of another command)");
+  // the same campaign: what decides its cases
+  auto same = [&](const char* key, const Json& want) {
+    if (ctx.value(key, Json()) != want)
+      throw bad(std::string("its ") + key + " is " + one_line(ctx.value(key, Json()).dump(), 60) + ", this campaign's " +
+                one_line(want.dump(), 60));
+  };
+  if (ctx.value("command", "") != "fuzz") throw bad("not a report of recap fuzz");
+  same("seed", Json(o->fuzz.seed));
+  same("cases_requested", Json(o->fuzz.cases));
+  same("policy", o->policy.empty() ? Json(nullptr) : Json(o->policy));
+  same("backend", Json(o->backend));
+  const std::string sut = ctx.contains("sut") && ctx["sut"].is_object() ? ctx["sut"].value("name", "") : "";
+  if (sut != o->sut_kind) throw bad("it ran on system " + one_line(sut, 40) + ", this campaign on " + o->sut_kind);
+  CampaignResult all;
+  try {
+    Json parts = summary;  // campaign_from_json's field names, as the summary has them
+    parts["reports"] = rep.value("cases", Json::array());
+    all = reports::campaign_from_json(parts);
+  } catch (const std::exception& e) {
+    throw bad(one_line(e.what(), 160));
+  }
+  if (all.report_chunks.size() != all.reports.size()) throw bad("report_chunks does not match its cases");
+  CampaignResult kept;
+  for (const auto& [c, t] : all.chunks) {
+    if (!t.complete) continue;
+    o->fuzz.skip_chunks.insert(c);
+    CampaignResult part;  // the chunk's totals, summed as shards are
+    part.cases = t.cases;
+    part.by_disposition = t.by_disposition;
+    part.classification = t.classification;
+    part.buckets = t.buckets;
+    part.finding_tallies = t.finding_tallies;
+    part.chunks[c] = t;
+    reports::merge_into(kept, std::move(part));
+  }
+  for (size_t i = 0; i < all.reports.size(); ++i)
+    if (o->fuzz.skip_chunks.count(all.report_chunks[i])) {
+      kept.reports.push_back(std::move(all.reports[i]));
+      kept.report_chunks.push_back(all.report_chunks[i]);
+    }
+  for (auto& f : all.failures)
+    if (o->fuzz.skip_chunks.count(f.chunk)) kept.failures.push_back(std::move(f));
+  return kept;
+}
+
+void merge_resumed(CampaignResult& kept, CampaignResult&& rest) {
+  const double seconds = rest.seconds;
+  reports::merge_into(kept, std::move(rest));
+  kept.seconds = seconds;  // this run's
+  // cases in case order, and one counterexample per bucket from the lowest chunk, as one run has them
+  std::vector<size_t> idx(kept.reports.size());
+  for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return kept.report_chunks[a] < kept.report_chunks[b]; });
+  std::vector<Json> reports;
+  std::vector<int> chunks;
+  for (size_t k : idx) {
+    reports.push_back(std::move(kept.reports[k]));
+    chunks.push_back(kept.report_chunks[k]);
+  }
+  kept.reports = std::move(reports);
+  kept.report_chunks = std::move(chunks);
+  for (auto& f : kept.failures) {  // settled again (confirmed, written), as in one run
+    f.corpus_path.clear();
+    f.flaky.clear();
+  }
+  one_per_bucket(kept);
 }
 
 std::set<std::string> read_known_findings(const std::string& path) {

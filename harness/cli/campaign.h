@@ -68,6 +68,14 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
 int settle_failures(CampaignResult& r, const CampaignOptions& o, const std::set<std::string>& known,
                     const std::string& corpus_dir);
 
+// --resume REPORT: what the interrupted campaign's report kept of its complete chunks (their
+// cases, totals and counterexamples; partial chunks are run again) and, in o->fuzz.skip_chunks,
+// those chunks. UsageError, one line, when the file is not a recap.report/1 of this campaign (its
+// seed, cases, policy, backend, shard and system under test) or lacks the chunk totals.
+CampaignResult read_resumed(const std::string& path, CampaignOptions* o);
+// The resumed part and the rest of the campaign, as one uninterrupted run would have reported it.
+void merge_resumed(CampaignResult& kept, CampaignResult&& rest);
+
 // Parses "i/n" (0 <= i < n); throws UsageError naming the flag.
 void parse_shard(const std::string& text, int* index, int* count);
 // --shard, else GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS (and touches GTEST_SHARD_STATUS_FILE).
@@ -98,6 +106,8 @@ struct FuzzFlags {
   int shrink_limit = 0;
   bool keep_going = true;     // --stop-on-first clears it
   std::string known_findings;  // --known-findings FILE: accepted buckets
+  std::string resume;          // --resume REPORT: the report of an interrupted run of this campaign
+  std::vector<int> skip_chunks;  // internal (a worker of a resumed campaign): chunks already done
   std::string dims = "auto";  // small | large | auto (large for recap's runtime on cuda, else small)
   std::vector<std::string> properties;  // --property; empty: all
   SutFlags sut;

@@ -18,11 +18,17 @@ int fuzz(const FuzzFlags& f) {
   CampaignOptions o = campaign_options(f, &seed_random, &device);
   bool worker = !o.worker_out.empty();
   const std::set<std::string> known = read_known_findings(f.known_findings);  // a bad file stops us first
+  CampaignResult kept;
+  if (!f.resume.empty()) kept = read_resumed(f.resume, &o);  // before any case: a wrong file is bad usage
   install_stop_handlers();
   if (seed_random && !worker)
     std::printf("recap fuzz: seed %" PRIu64 " (random; --seed %" PRIu64 " repeats this campaign)\n", o.fuzz.seed,
                 o.fuzz.seed);
   CampaignResult r = run_campaign(o);
+  if (!f.resume.empty()) {
+    merge_resumed(kept, std::move(r));
+    r = std::move(kept);
+  }
   if (worker) {
     // A worker hands everything to its parent, which saves the corpus and writes the reports.
     reports::write_or_throw(o.worker_out, reports::campaign_to_json(r).dump() + "\n", "--worker-out");

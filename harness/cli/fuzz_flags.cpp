@@ -66,6 +66,10 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
                   "A file of accepted buckets, one per line (# comments), as the summary prints them: their "
                   "counterexamples are reported as known and do not fail the run (like sanitizer suppressions)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--resume", f->resume,
+                  "The report (--report) of an interrupted run of this campaign, given the same flags: its complete "
+                  "chunks of 100 cases are kept, the rest run, and the final report is the uninterrupted run's")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--dims", f->dims,
                   "Tensor sizes drawn: small (hidden 8-64, tokens 4-64), large (hidden 64-1024, tokens 64-512) or "
                   "auto (large for recap's runtime on cuda, small otherwise: a framework runs each case and its "
@@ -73,6 +77,9 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
       ->check(CLI::IsMember({"small", "large", "auto"}))
       ->capture_default_str();
   cmd->add_option("--worker-out", f->worker_out, "internal: run as a worker, write the result here")->group("");
+  cmd->add_option("--skip-chunks", f->skip_chunks, "internal: a resumed campaign's worker skips these chunks")
+      ->delimiter(',')
+      ->group("");
 }
 
 void check_output_file(const std::string& flag, const std::string& path) {
@@ -177,6 +184,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.jobs = f.jobs;
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;
+  o.fuzz.skip_chunks.insert(f.skip_chunks.begin(), f.skip_chunks.end());
   o.progress = f.worker_out.empty() && (isatty(STDERR_FILENO) || progress_as_lines());
   return o;
 }

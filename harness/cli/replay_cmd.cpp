@@ -10,6 +10,7 @@
 #include <map>
 
 #include "harness/cli/campaign.h"
+#include "harness/runtime/phase.h"
 #include "properties/diagnosis.h"
 #include "harness/cli/cli.h"
 #include "harness/training/executor.h"
@@ -149,6 +150,9 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
   ReplayOutcome out;
   out.path = path;
   out.expected = spec.expected;
+  // each file replays as in a fresh process: a fault point of an earlier file (phase-flag-leak)
+  // must not leave this thread's phase flags set for this one
+  if (!sut) runtime::reset_phase_flags();
   const Json& exp = spec.expected;
   bool exp_obj = exp.is_object();
   properties::OracleOptions opts;

@@ -94,6 +94,12 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back(f);
     }
     if (!o.fuzz.keep_going) args.push_back("--stop-on-first");
+    if (!o.fuzz.skip_chunks.empty()) {  // --resume: the chunks the resumed report has
+      std::string list;
+      for (int c : o.fuzz.skip_chunks) list += (list.empty() ? "" : ",") + std::to_string(c);
+      args.push_back("--skip-chunks");
+      args.push_back(list);
+    }
     args.push_back("--dims");
     args.push_back(o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small");
     if (o.fuzz.shrink_limit > 0) {

@@ -88,21 +88,23 @@ PY
   [ -f "found2/$(basename "$file")" ] || fail "file name not stable across runs"
   ;;
 fuzz_report_independent_of_jobs)
-  # The same seed gives the same report and corpus with --jobs 1 and --jobs 3: cases in case order,
+  # The same seed gives the same report and corpus with --jobs 1, 2 and 4: cases in case order,
   # one counterexample per bucket from the lowest chunk, bucket counts and finding tallies summed
   # (a drawn policy, with counterexamples; the skip policy, with memory findings).
   py=$(command -v /usr/bin/python3 || command -v python3)
   canon="$src/scripts/report-canon.py"
   for policy in "" "--policy skip"; do
-    for j in 1 3; do
+    for j in 1 2 4; do
       "$recap" fuzz --backend sim $policy --seed 7 --cases 450 --shrink-limit 5 --jobs $j --corpus-dir c$j --report r$j.json > /dev/null
       "$py" "$canon" r$j.json > r$j.canon || fail "r$j.json: cannot read the report"
     done
-    cmp -s r1.canon r3.canon || { diff r1.canon r3.canon | head -20; fail "${policy:-drawn policy}: --jobs 3 report differs"; }
-    { [ ! -e c1 ] && [ ! -e c3 ]; } || diff -r c1 c3 > /dev/null || fail "${policy:-drawn policy}: --jobs 3 corpus differs"
+    for j in 2 4; do
+      cmp -s r1.canon r$j.canon || { diff r1.canon r$j.canon | head -20; fail "${policy:-drawn policy}: --jobs $j report differs"; }
+      { [ ! -e c1 ] && [ ! -e c$j ]; } || diff -r c1 c$j > /dev/null || fail "${policy:-drawn policy}: --jobs $j corpus differs"
+    done
     "$py" -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; assert s["cases"] == 450 and (s["failures"] or s["findings"]), s["cases"]; print(sys.argv[2], len(s["failures"]), "counterexamples,", s["findings"])' r1.json "${policy:-drawn}" ||
       fail "vacuous: nothing found"
-    rm -rf c1 c3
+    rm -rf c1 c2 c4
   done
   ;;
 fuzz_signal_keeps_results)
@@ -111,25 +113,29 @@ fuzz_signal_keeps_results)
   # hand over theirs), the counterexamples found so far are written, no worker is left running and
   # the temporary folder is gone; exit 128 + 15.
   py=$(command -v /usr/bin/python3 || command -v python3)
-  for jobs in 1 2; do
-    export TMPDIR=$PWD/tmp$jobs; mkdir -p "$TMPDIR"
-    "$recap" fuzz --backend sim --seed 2 --cases 2000000 --jobs $jobs --corpus-dir c$jobs --report r$jobs.json > out$jobs.txt 2>&1 &
+  for run in "1 TERM 143 Terminated" "2 TERM 143 Terminated" "2 INT 130 Interrupt"; do
+    set -- $run; jobs=$1 sig=$2 code=$3 what=$4
+    export TMPDIR=$PWD/tmp$jobs$sig; mkdir -p "$TMPDIR"
+    # a background job of a non-interactive shell ignores SIGINT; recap is started with it restored
+    "$py" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+      "$recap" fuzz --backend sim --seed 2 --cases 2000000 --jobs $jobs --corpus-dir c$jobs --report r$jobs.json > out$jobs.txt 2>&1 &
     pid=$!
     sleep 3
-    kill -TERM $pid
+    kill -$sig $pid
     wait $pid; rc=$?
-    [ "$rc" -eq 143 ] || { tail -5 out$jobs.txt; fail "--jobs $jobs: exit $rc, expected 143"; }
-    grep -q "interrupted (Terminated)" out$jobs.txt || { tail -5 out$jobs.txt; fail "--jobs $jobs: no interrupted line"; }
-    "$py" - r$jobs.json <<'PY' || fail "--jobs $jobs: the partial report"
+    [ "$rc" -eq "$code" ] || { tail -5 out$jobs.txt; fail "--jobs $jobs SIG$sig: exit $rc, expected $code"; }
+    grep -q "interrupted ($what)" out$jobs.txt || { tail -5 out$jobs.txt; fail "--jobs $jobs: no interrupted line"; }
+    "$py" - r$jobs.json $what $code <<'PY' || fail "--jobs $jobs SIG$sig: the partial report"
 import json, sys
 r = json.load(open(sys.argv[1]))
 s = r["summary"]
-assert s["interrupted"] == "Terminated" and s["exit_code"] == 143, (s.get("interrupted"), s["exit_code"])
+assert s["interrupted"] == sys.argv[2] and s["exit_code"] == int(sys.argv[3]), (s.get("interrupted"), s["exit_code"])
 assert 0 < s["cases"] < 2000000 and len(r["cases"]) == s["cases"], s["cases"]
 assert s["failures"], "no counterexample kept (a drawn policy fails within seconds)"
 print("partial report:", s["cases"], "cases,", len(s["failures"]), "counterexamples")
 PY
     [ -n "$(ls c$jobs)" ] || fail "--jobs $jobs: no counterexample written"
+    rm -rf c$jobs
     sleep 0.5
     ! pgrep -f -- "--worker-out $TMPDIR" > /dev/null || fail "--jobs $jobs: a worker is still running"
     [ -z "$(ls "$TMPDIR")" ] || fail "--jobs $jobs: left $(ls "$TMPDIR")"
@@ -564,6 +570,40 @@ layer-segfault died of a signal
 ROWS
   [ "$bad" -eq 0 ] || fail "a reproducer is not diagnosed as its class"
   [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 19 ] || fail "a fault without a row here"
+  ;;
+fuzz_resume_finishes_the_campaign)
+  # A campaign stopped by SIGTERM and resumed from its partial report (--resume) ends with the
+  # report and corpus of the uninterrupted run, timings and context aside: in process and with
+  # --jobs 2. A report of another campaign, or a file that is not a report, is a one-line exit 2.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  canon="$src/scripts/report-canon.py"
+  args="--backend sim --seed 2 --cases 800 --shrink-limit 5"
+  "$recap" fuzz $args --corpus-dir full --report full.json > /dev/null; rc=$?
+  [ "$rc" -eq 1 ] || fail "uninterrupted: exit $rc, expected 1"
+  "$py" "$canon" full.json > full.canon
+  for jobs in 1 2; do
+    "$recap" fuzz $args --jobs $jobs --corpus-dir c$jobs --report part$jobs.json > /dev/null 2>&1 &
+    pid=$!
+    sleep 2
+    kill -TERM $pid
+    wait $pid; rc=$?
+    [ "$rc" -eq 143 ] || fail "--jobs $jobs: exit $rc after SIGTERM, expected 143"
+    "$py" - part$jobs.json <<'PY' || fail "--jobs $jobs: not a partial report"
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+assert 0 < s["cases"] < 800 and not all(c["complete"] for c in s["chunks"]), s["cases"]
+print("partial:", s["cases"], "cases,", sum(c["complete"] for c in s["chunks"]), "complete chunks")
+PY
+    "$recap" fuzz $args --jobs $jobs --corpus-dir c$jobs --report final$jobs.json --resume part$jobs.json > /dev/null; rc=$?
+    [ "$rc" -eq 1 ] || fail "--jobs $jobs: resumed: exit $rc, expected 1"
+    "$py" "$canon" final$jobs.json > final$jobs.canon
+    cmp -s full.canon final$jobs.canon || { diff full.canon final$jobs.canon | head -20; fail "--jobs $jobs: the resumed report differs"; }
+    diff -r full c$jobs > /dev/null || fail "--jobs $jobs: the resumed corpus differs"
+  done
+  "$recap" fuzz --backend sim --seed 3 --cases 800 --resume part1.json > e1.txt 2>&1; rc=$?
+  [ "$rc" -eq 2 ] && [ "$(wc -l < e1.txt)" -eq 1 ] && grep -q "its seed is 2, this campaign's 3" e1.txt || { cat e1.txt; fail "another seed: exit $rc"; }
+  "$recap" fuzz $args --resume "$src/corpus/mutants/pool-order.json" > e2.txt 2>&1; rc=$?
+  [ "$rc" -eq 2 ] && grep -q "not a recap.report/1" e2.txt || { cat e2.txt; fail "a case file: exit $rc"; }
   ;;
 *) fail "unknown check $name" ;;
 esac
