@@ -19,16 +19,18 @@ constexpr EnumName<Disposition> kDispositions[] = {{Disposition::Passed, "passed
                                                    {Disposition::Failed, "failed"},
                                                    {Disposition::Incorrect, "incorrect"},
                                                    {Disposition::Crashed, "crashed"},
-                                                   {Disposition::Skipped, "skipped"}};
+                                                   {Disposition::Skipped, "skipped"},
+                                                   {Disposition::OutOfMemory, "out-of-memory"}};
 
-// How bad a disposition is: skipped < passed < incorrect < failed < crashed.
+// How bad a disposition is: skipped < out-of-memory < passed < incorrect < failed < crashed.
 int rank(Disposition d) {
   switch (d) {
     case Disposition::Skipped: return 0;
-    case Disposition::Passed: return 1;
-    case Disposition::Incorrect: return 2;
-    case Disposition::Failed: return 3;
-    case Disposition::Crashed: return 4;
+    case Disposition::OutOfMemory: return 1;
+    case Disposition::Passed: return 2;
+    case Disposition::Incorrect: return 3;
+    case Disposition::Failed: return 4;
+    case Disposition::Crashed: return 5;
   }
   return 0;
 }
@@ -74,7 +76,8 @@ std::string Divergence::describe() const {
 
 std::string CaseReport::first_failure() const {
   for (const auto& c : checks)
-    if (c.disposition != Disposition::Passed && c.disposition != Disposition::Skipped)
+    if (c.disposition != Disposition::Passed && c.disposition != Disposition::Skipped &&
+        c.disposition != Disposition::OutOfMemory)
       return c.property + ": " + c.reason;
   return "";
 }
@@ -105,6 +108,12 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     rep.checks.push_back(skipped("capture_clean", "the system under test cannot run this case: " + own.skipped));
     return rep;
   }
+  if (!own.out_of_memory.empty()) {  // nothing can be judged (Disposition)
+    rep.checks.push_back(bad("capture_clean", Disposition::OutOfMemory, "out of device memory: " + own.out_of_memory));
+    rep.checks.back().cuda_error = "cudaErrorMemoryAllocation";
+    rep.disposition = Disposition::OutOfMemory;
+    return rep;
+  }
   if (!crash.empty()) {
     rep.checks.push_back(bad("capture_clean", Disposition::Crashed, "the run threw: " + crash));
     rep.checks.back().cuda_error = own.crash_signal;  // the error slot of the bucket: a signal kills differently from a hang
@@ -112,6 +121,18 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     return rep;
   }
   const RunResult& r = *own.result;
+  if (r.failure && r.failure->error == "cudaErrorMemoryAllocation") {  // nothing can be judged (Disposition)
+    CheckResult c;
+    c.property = "capture_clean";
+    c.disposition = Disposition::OutOfMemory;
+    c.reason = "out of device memory: " + r.failure->line();
+    c.api = r.failure->api;
+    c.cuda_error = r.failure->error;
+    rep.checks.push_back(c);
+    rep.memory = memory_json(r);
+    rep.disposition = Disposition::OutOfMemory;
+    return rep;
+  }
   Runs runs(spec, opts, rep, backend, r);
   runs.set_live_after(own.live_after);
   if (r.failure && r.failure->phase == "capture") runs.session_notes["hygiene"] = own.hygiene;

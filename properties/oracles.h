@@ -20,10 +20,13 @@
 namespace recap::properties {
 
 // Dispositions, as CUTLASS names them.
-enum class Disposition { Passed, Failed, Incorrect, Crashed, Skipped };
-std::string disposition_name(Disposition d);  // "passed", "failed", "incorrect", "crashed", "skipped"
+// OutOfMemory: the case ran out of device memory, so nothing could be judged: its own verdict,
+// never a property failure (a campaign that fills the device is not a bug of the system).
+enum class Disposition { Passed, Failed, Incorrect, Crashed, Skipped, OutOfMemory };
+// "passed", "failed", "incorrect", "crashed", "skipped", "out-of-memory"
+std::string disposition_name(Disposition d);
 bool disposition_from_name(const std::string& s, Disposition* out);
-// The worse of two (crashed > failed > incorrect > passed > skipped).
+// The worse of two (crashed > failed > incorrect > passed > out-of-memory > skipped).
 Disposition worse(Disposition a, Disposition b);
 
 // The property names, in the order they are checked (from the registry, properties/oracles/).

@@ -31,7 +31,9 @@ const properties::CheckResult* failing_check(const CaseReport& r, const std::str
   for (const auto& c : r.checks)
     if (c.property == property) return &c;
   for (const auto& c : r.checks)
-    if (c.disposition != properties::Disposition::Passed && c.disposition != properties::Disposition::Skipped) return &c;
+    if (c.disposition != properties::Disposition::Passed && c.disposition != properties::Disposition::Skipped &&
+        c.disposition != properties::Disposition::OutOfMemory)
+      return &c;
   return nullptr;
 }
 

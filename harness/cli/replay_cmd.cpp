@@ -139,7 +139,8 @@ void print_divergence_table(const CaseSpec& spec, const std::string& backend, co
 }
 
 bool check_failed(const properties::CheckResult& c) {
-  return c.disposition != Disposition::Passed && c.disposition != Disposition::Skipped;
+  return c.disposition != Disposition::Passed && c.disposition != Disposition::Skipped &&
+         c.disposition != Disposition::OutOfMemory;
 }
 
 }  // namespace

@@ -115,6 +115,9 @@ std::string unmodelled(const CaseSpec& spec);
 // no checkpoint keeps pending records and one more eager step works; else the first problem, one
 // line (the hygiene oracle's check, docs/recompute-and-rng.md bug class 6).
 std::string hygiene_after_failed_capture(Session& session, device::Device& dev);
+// How its answer starts when the step after the failed capture ran out of device memory: that
+// judges nothing (the hygiene oracle skips), since a full device is not a leak of the capture.
+constexpr const char* kHygieneOutOfMemory = "out of device memory after the failed capture: ";
 
 // One case as recap judges it, in any process: a session on `dev`, hygiene checked on it right
 // after a failed capture, and the bytes the run left on the device once the session is gone.

@@ -164,6 +164,9 @@ std::string hygiene_checks(Session& session, device::Device& dev) {
 std::string hygiene_after_failed_capture(Session& session, device::Device& dev) {
   try {
     return hygiene_checks(session, dev);
+  } catch (const runtime::DeviceError& e) {
+    if (e.status == device::Status::MemoryAllocation) return std::string(kHygieneOutOfMemory) + e.what();
+    return std::string("the eager step after the failed capture threw: ") + e.what();
   } catch (const std::exception& e) {
     return std::string("the eager step after the failed capture threw: ") + e.what();
   }

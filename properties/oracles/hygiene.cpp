@@ -35,11 +35,17 @@ CaseSpec injected_failure(CaseSpec s) {
 
 bool capture_failed(const training::RunResult& r) { return r.failure && r.failure->phase == "capture"; }
 
+// A hygiene answer: "" clean; out of memory judges nothing; anything else is what is wrong.
+CheckResult verdict(const char* p, const std::string& h) {
+  if (h.empty()) return passed(p);
+  if (h.rfind(training::kHygieneOutOfMemory, 0) == 0) return skipped(p, h);
+  return bad(p, Disposition::Incorrect, h);
+}
+
 CheckResult judge(Runs& runs) {
   const char* p = "hygiene";
   if (capture_failed(runs.main())) {
-    const std::string& h = runs.session_notes["hygiene"];
-    return h.empty() ? passed(p) : bad(p, Disposition::Incorrect, h);
+    return verdict(p, runs.session_notes["hygiene"]);
   }
   CaseSpec inj = injected_failure(runs.spec());
   auto t0 = std::chrono::steady_clock::now();
@@ -52,15 +58,15 @@ CheckResult judge(Runs& runs) {
       runs.report().timings["hygiene_ms"] = ms_since(t0);
       return c;
     }
-    if (!ir.skipped.empty()) {
+    if (!ir.skipped.empty() || !ir.out_of_memory.empty()) {
       runs.report().timings["hygiene_ms"] = ms_since(t0);
-      return skipped(p, "the injected capture failure cannot run on the system under test: " + ir.skipped);
+      return skipped(p, "the injected capture failure cannot run on the system under test: " +
+                            (ir.skipped.empty() ? "out of device memory: " + ir.out_of_memory : ir.skipped));
     }
     if (!capture_failed(*ir.result)) {
       c = skipped(p, "the injected capture failure did not happen");
     } else {
-      const std::string& h = ir.hygiene;
-      c = h.empty() ? passed(p) : bad(p, Disposition::Incorrect, h);
+      c = verdict(p, ir.hygiene);
     }
   } catch (const std::exception& e) {
     c = bad(p, Disposition::Crashed, std::string("after an injected capture failure: ") + e.what());

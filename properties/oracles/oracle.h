@@ -26,6 +26,7 @@ struct Run {
   std::optional<training::RunResult> result;
   std::string crash;
   std::string crash_signal;  // a worker killed by a signal: its name ("SIGSEGV")
+  std::string out_of_memory;  // the case ran out of device memory outside the run's own error handling
   std::string skipped;  // the system under test cannot run it as specified: its reason
   double ms = 0;
   int64_t live_after = 0;  // device bytes live after teardown

@@ -133,6 +133,9 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     }
   } catch (const sut::SkippedBySut& e) {
     r.skipped = e.what();
+  } catch (const runtime::DeviceError& e) {
+    if (e.status == device::Status::MemoryAllocation) r.out_of_memory = e.what();  // setting up the case
+    else r.crash = e.what();
   } catch (const sut::WorkerCrash& e) {
     r.crash = e.what();
     r.crash_signal = e.signal;
@@ -148,6 +151,7 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
 std::string twin_trouble(const char* what, const Run& r) {
   if (!r.skipped.empty()) return std::string(what) + " was skipped by the system under test: " + r.skipped;
   if (!r.crash.empty()) return std::string(what) + " crashed: " + r.crash;
+  if (!r.out_of_memory.empty()) return std::string(what) + " ran out of device memory: " + r.out_of_memory;
   if (r.result->failure) return std::string(what) + " failed: " + r.result->failure->line();
   return "";
 }

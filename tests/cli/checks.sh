@@ -605,6 +605,41 @@ PY
   "$recap" fuzz $args --resume "$src/corpus/mutants/pool-order.json" > e2.txt 2>&1; rc=$?
   [ "$rc" -eq 2 ] && grep -q "not a recap.report/1" e2.txt || { cat e2.txt; fail "a case file: exit $rc"; }
   ;;
+report_to_a_fifo)
+  # --report to a fifo writes the report into it (a reader gets it) and leaves a fifo, not a
+  # regular file renamed over it (devices: cli.report_to_dev_null_keeps_the_device, /dev/full:
+  # cli.replay_report_full_disk).
+  good="$src/corpus/graph-safe-eager.json"
+  mkfifo out.fifo
+  cat out.fifo > got.json &
+  reader=$!
+  "$recap" replay --backend sim "$good" --report out.fifo > /dev/null || fail "--report a fifo: exit $?"
+  wait $reader
+  [ -p out.fifo ] || fail "the fifo was replaced"
+  grep -q '"schema": "recap.report/1"' got.json || fail "the reader did not get the report"
+  ;;
+out_of_memory_is_its_own_verdict)
+  # A device that is too small (RECAP_SIM_MEMORY_BYTES: sim's capacity) makes cases run out of
+  # memory: they are `out-of-memory`, judged by no oracle and never a failure (exit 0, nothing
+  # shrunk or written), while the cases that fit are judged as usual; the report validates.
+  RECAP_SIM_MEMORY_BYTES=300000 "$recap" fuzz --backend sim --policy graph-safe --seed 1 --cases 300 \
+    --corpus-dir oom --report oom.json > out.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; fail "exit $rc, expected 0"; }
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$py" - oom.json <<'PY' || fail "out-of-memory counts"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["summary"]
+d = s["by_disposition"]
+assert d.get("out-of-memory", 0) > 0 and d.get("passed", 0) > 0, d  # both kinds of case: not vacuous
+assert not s["failures"] and not s["buckets"], (s["failures"], s["buckets"])
+oom = [c for c in r["cases"] if c["disposition"] == "out-of-memory"][0]
+assert [k["property"] for k in oom["checks"]] == ["capture_clean"] and "out of device memory" in oom["checks"][0]["reason"], oom["checks"]
+print("dispositions:", d)
+PY
+  [ -z "$(ls oom 2>/dev/null)" ] || fail "an out-of-memory case was written to the corpus"
+  validate_report oom.json
+  ;;
 *) fail "unknown check $name" ;;
 esac
 echo "ok: $name"

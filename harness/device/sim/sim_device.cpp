@@ -3,6 +3,7 @@
 #include "harness/device/sim/sim_device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "harness/device/sim/sim_impl.h"
@@ -180,9 +181,19 @@ Status SimDevice::check_copy_args(const void* dst, const void* src, size_t bytes
   return Status::Success;
 }
 
+size_t SimDevice::total_bytes() {
+  static const size_t total = [] {
+    const char* e = std::getenv("RECAP_SIM_MEMORY_BYTES");
+    char* end = nullptr;
+    const unsigned long long v = e ? std::strtoull(e, &end, 10) : 0;
+    return e && *e && end && *end == '\0' && v > 0 ? static_cast<size_t>(v) : size_t{141} << 30;
+  }();
+  return total;
+}
+
 bool SimDevice::fits(size_t bytes) const {
   int64_t live = ledger_.stats().live_bytes;
-  return bytes <= kTotalBytes && static_cast<int64_t>(bytes) <= static_cast<int64_t>(kTotalBytes) - live;
+  return bytes <= total_bytes() && static_cast<int64_t>(bytes) <= static_cast<int64_t>(total_bytes()) - live;
 }
 
 // ---- execution-time memory effects ----------------------------------------------------------
@@ -593,8 +604,8 @@ Status SimDevice::memset_async(void* p, int value, size_t bytes, Stream s) {
 Status SimDevice::mem_get_info(size_t* free_bytes, size_t* total_bytes) {
   return call([&] {
     if (free_bytes == nullptr || total_bytes == nullptr) return Status::InvalidValue;
-    *total_bytes = kTotalBytes;
-    *free_bytes = kTotalBytes - static_cast<size_t>(ledger_.stats().live_bytes);
+    *total_bytes = SimDevice::total_bytes();
+    *free_bytes = SimDevice::total_bytes() - static_cast<size_t>(ledger_.stats().live_bytes);
     return Status::Success;
   });
 }

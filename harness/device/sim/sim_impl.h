@@ -113,8 +113,9 @@ class SimDevice final : public Device {
 
   std::vector<RaceReport> races() const;
 
-  // The modelled device: 141 GiB (an H200).
-  static constexpr size_t kTotalBytes = size_t{141} << 30;
+  // The modelled device: 141 GiB (an H200), or RECAP_SIM_MEMORY_BYTES (read once; tests of what
+  // running out of device memory does).
+  static size_t total_bytes();
 
  private:
   // ---- state ----------------------------------------------------------------------------------
