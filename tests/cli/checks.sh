@@ -108,10 +108,10 @@ fuzz_report_independent_of_jobs)
   done
   ;;
 fuzz_signal_keeps_results)
-  # SIGTERM in the middle of a campaign that would run for minutes: no new case starts, the report
-  # holds the cases that ran (in process, and with --jobs 2 whose workers get the signal too and
+  # SIGTERM (and SIGINT) in the middle of a campaign that would run for minutes: no new case starts,
+  # the report (schema-valid) holds the cases that ran (in process, and with --jobs 2 whose workers get the signal too and
   # hand over theirs), the counterexamples found so far are written, no worker is left running and
-  # the temporary folder is gone; exit 128 + 15.
+  # the temporary folder is gone; exit 128 + the signal.
   py=$(command -v /usr/bin/python3 || command -v python3)
   for run in "1 TERM 143 Terminated" "2 TERM 143 Terminated" "2 INT 130 Interrupt"; do
     set -- $run; jobs=$1 sig=$2 code=$3 what=$4
@@ -134,6 +134,7 @@ assert 0 < s["cases"] < 2000000 and len(r["cases"]) == s["cases"], s["cases"]
 assert s["failures"], "no counterexample kept (a drawn policy fails within seconds)"
 print("partial report:", s["cases"], "cases,", len(s["failures"]), "counterexamples")
 PY
+    validate_report r$jobs.json
     [ -n "$(ls c$jobs)" ] || fail "--jobs $jobs: no counterexample written"
     rm -rf c$jobs
     sleep 0.5
