@@ -63,6 +63,9 @@ const std::vector<Rule>& rules() {
       {"2", "recompute switched off during graph warmup and capture: the graphs keep every activation",
        [](const Symptom& s) { return s.check.property == "memory" && has(s.check.reason, "recompute lost inside graphs"); }},
       {"6", "graph phase flags left set after a failed capture",
+       [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect) && has(s.check.reason, "phase flags"); }},
+      {"-", "a failed capture left state behind (a stream still capturing, checkpoint records pending, or a next step "
+            "that does not work)",
        [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect); }},
       {"4 or 5", "replays repeat one mask: an RNG offset baked into the graph, or a generator not registered with the capture",
        [](const Symptom& s) { return s.is("rng_ledger", Disposition::Incorrect) && has(s.check.reason, "reused across steps"); }},
