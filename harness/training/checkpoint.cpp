@@ -124,7 +124,11 @@ models::Tensor Checkpoint::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
 models::Tensor Checkpoint::recompute(Ctx& ctx, const Tensor& x, const Tensor& token, Record& rec) {
   // layer-segfault: the crash path (a recompute that dereferences freed host memory in a real
   // framework); recap runs it only in a worker process (runtime::fault_kills_process)
-  if (fault_on(Fault::LayerSegfault)) std::raise(SIGSEGV);
+  // (the default action first: a sanitizer's SIGSEGV handler would turn it into an abort)
+  if (fault_on(Fault::LayerSegfault)) {
+    std::signal(SIGSEGV, SIG_DFL);
+    std::raise(SIGSEGV);
+  }
   CtxFieldsScope scope(ctx);
   ctx.phase = Phase::Recompute;
   ctx.save_for_backward = true;
