@@ -23,6 +23,7 @@ struct GateArgs {
 
 int gate(GateArgs a) {
   FuzzFlags& f = a.f;
+  if (!f.resume.empty()) throw UsageError("--resume: only recap fuzz resumes an interrupted campaign");
   f.require_memory_savings = !a.no_require_memory_savings;
   if (f.seed.empty()) f.seed = "1";
 
