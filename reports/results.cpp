@@ -139,6 +139,21 @@ CampaignResult campaign_from_json(const Json& j) {
   return r;
 }
 
+void sort_reports_by_chunk(CampaignResult& r) {
+  if (r.report_chunks.size() != r.reports.size()) return;
+  std::vector<size_t> idx(r.reports.size());
+  for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return r.report_chunks[a] < r.report_chunks[b]; });
+  std::vector<Json> reports;
+  std::vector<int> chunks;
+  for (size_t k : idx) {
+    reports.push_back(std::move(r.reports[k]));
+    chunks.push_back(r.report_chunks[k]);
+  }
+  r.reports = std::move(reports);
+  r.report_chunks = std::move(chunks);
+}
+
 void merge_into(CampaignResult& into, CampaignResult&& from) {
   into.cases += from.cases;
   for (auto& [k, v] : from.by_disposition) into.by_disposition[k] += v;

@@ -105,5 +105,8 @@ Json campaign_to_json(const CampaignResult& r);
 CampaignResult campaign_from_json(const Json& j);
 // Adds `from` (another shard's part) into `into`.
 void merge_into(CampaignResult& into, CampaignResult&& from);
+// Puts the case reports in case order (chunk by chunk, each chunk's in its order), as one process
+// lists them; nothing when report_chunks does not match the reports.
+void sort_reports_by_chunk(CampaignResult& r);
 
 }  // namespace recap::reports

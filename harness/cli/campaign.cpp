@@ -188,17 +188,7 @@ void merge_resumed(CampaignResult& kept, CampaignResult&& rest) {
   reports::merge_into(kept, std::move(rest));
   kept.seconds = seconds;  // this run's
   // cases in case order, and one counterexample per bucket from the lowest chunk, as one run has them
-  std::vector<size_t> idx(kept.reports.size());
-  for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return kept.report_chunks[a] < kept.report_chunks[b]; });
-  std::vector<Json> reports;
-  std::vector<int> chunks;
-  for (size_t k : idx) {
-    reports.push_back(std::move(kept.reports[k]));
-    chunks.push_back(kept.report_chunks[k]);
-  }
-  kept.reports = std::move(reports);
-  kept.report_chunks = std::move(chunks);
+  reports::sort_reports_by_chunk(kept);
   for (auto& f : kept.failures) {  // settled again (confirmed, written), as in one run
     f.corpus_path.clear();
     f.flaky.clear();

@@ -207,20 +207,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
   if (o.progress) clear_progress_line();
   CampaignResult all;
   for (auto& part : parts) reports::merge_into(all, std::move(part));
-  // cases in case order (chunk by chunk, each chunk's in its order), as one process lists them
-  if (all.report_chunks.size() == all.reports.size()) {
-    std::vector<size_t> idx(all.reports.size());
-    for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
-    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return all.report_chunks[a] < all.report_chunks[b]; });
-    std::vector<Json> reports;
-    std::vector<int> chunks;
-    for (size_t k : idx) {
-      reports.push_back(std::move(all.reports[k]));
-      chunks.push_back(all.report_chunks[k]);
-    }
-    all.reports = std::move(reports);
-    all.report_chunks = std::move(chunks);
-  }
+  reports::sort_reports_by_chunk(all);  // cases in case order, as one process lists them
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   all.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
