@@ -50,6 +50,9 @@ const std::vector<Rule>& rules() {
          return s.is("capture_clean", Disposition::Failed) && has(s.check.reason, "checkpoint") &&
                 (has(s.check.reason, "autograd.grad") || has(s.check.reason, "torch.autograd.backward"));
        }},
+      {"25", "a backward that does not end: a checkpointed function returns a tensor it did not compute (a parameter), "
+             "so the checkpoint becomes its grad_fn and the recompute re-enters itself",
+       [](const Symptom& s) { return s.is("capture_clean", Disposition::Failed) && s.check.cuda_error == "RunawayBackward"; }},
       {"14", "memory allocated while capturing",
        [](const Symptom& s) { return s.is("capture_clean", Disposition::Failed) && has(s.check.api, "alloc"); }},
       {"14", "a synchronizing call while capturing (with a host generator, reading its state: class 4)",

@@ -88,8 +88,6 @@ std::vector<std::string> classify(const CaseSpec& s) {
 
 namespace {
 
-constexpr int kChunk = 100;
-
 uint64_t splitmix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -201,12 +199,13 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
     progress(p);
   };
 
-  const int chunks = (opts.cases + kChunk - 1) / kChunk;
+  const int chunk_cases = std::max(1, opts.chunk_cases);
+  const int chunks = (opts.cases + chunk_cases - 1) / chunk_cases;
   for (int c = 0; c < chunks; ++c) {
     if (c % shards != shard || opts.skip_chunks.count(c)) continue;
     if (out_of_time()) break;
     if (!opts.keep_going && opts.max_failures > 0 && static_cast<int>(st.failures.size()) >= opts.max_failures) break;
-    const int n = std::min(kChunk, opts.cases - c * kChunk);
+    const int n = std::min(chunk_cases, opts.cases - c * chunk_cases);
     const uint64_t chunk_seed = splitmix(opts.seed ^ splitmix(static_cast<uint64_t>(c) + 1));
     std::set<std::string> shrunk;  // buckets shrunk in this chunk (keep_going)
     reports::ChunkTotals& totals = st.chunks[c];

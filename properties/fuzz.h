@@ -19,13 +19,16 @@ namespace recap::properties {
 struct FuzzOptions {
   uint64_t seed = 1;
   int cases = 100;             // per campaign (all jobs together), before sharding
+  // Cases per chunk (one RapidCheck run each; chunk c is shard c % n). Part of what decides the
+  // cases, so a campaign's report is the same for any --jobs but not for another chunk size.
+  int chunk_cases = 100;
   double time_budget_s = 0.0;  // 0: none; otherwise stop starting new cases after this
   GenConfig gen;
   OracleOptions oracle;
   int shard_index = 0;         // this process runs shard `shard_index` of `shard_count`
   int shard_count = 1;
   // Stop starting chunks once this many counterexamples are found (0: no limit). Chunks are
-  // RapidCheck runs of up to 100 cases; a failing chunk ends at its first failure and shrinks it.
+  // RapidCheck runs of up to chunk_cases cases; a failing chunk ends at its first failure and shrinks it.
   int max_failures = 1;
   // Evaluations a shrink may spend (0: no limit). Past it every candidate counts as passing, so
   // the shrunk case is the smallest failing one found so far: deterministic, unlike a time limit.

@@ -26,6 +26,7 @@ Json context_to_json(const RunContext& c) {
   j["policy"] = c.policy.empty() ? Json(nullptr) : Json(c.policy);
   j["properties"] = c.properties;
   j["cases_requested"] = c.cases_requested;
+  if (c.chunk_cases > 0) j["chunk_cases"] = c.chunk_cases;
   j["jobs"] = c.jobs;
   j["shard"] = c.shard;
   j["started_utc"] = c.started_utc;

@@ -27,6 +27,7 @@ struct RunContext {
   std::string policy;       // "" when drawn
   std::vector<std::string> properties;  // the --property selection; empty: all
   int cases_requested = 0;
+  int chunk_cases = 0;  // fuzz: cases per chunk (0: not a fuzz campaign, not written)
   int jobs = 1;
   std::string shard;        // "i/n"
   int shard_count = 1;      // n

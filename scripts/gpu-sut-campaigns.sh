@@ -9,7 +9,9 @@
 #   scripts/gpu-sut-campaigns.sh [CASES] [JOBS]            # there, from the tree's root
 # Environment: RECAP_BIN (default .device/slim/harness/cli/recap), CAMPAIGNS (names, default all),
 # SEED (default 1), BUDGET_<name> (seconds after which no new case starts), LIMIT_<name> (a hard
-# limit), SHRINK_LIMIT (evaluations a shrink may spend, default 25), OUT (default gpu-logs). Every
+# limit), SHRINK_LIMIT (evaluations a shrink may spend, default 25), OUT (default gpu-logs),
+# CHUNK_CASES (cases per chunk, default 100: smaller keeps more --jobs busy in a short campaign),
+# REPLAY_DEADLINE (epoch seconds by which the replays stop, so a caller's own time limit holds). Every
 # campaign runs all its cases (the default): a framework with known bugs fails often.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +46,13 @@ megatron-0.15.3|megatron@0.15.3||megatron-0.15.3
 megatron-0.19.2|megatron@0.19.2||megatron-0.19.2"
 want="${CAMPAIGNS:-torch torch-no-ckpt-no-dropout megatron-0.15.3 megatron-0.19.2}"
 
+# seconds the replays may still take (0: no limit; 1 once the deadline has passed)
+replay_limit() {
+  [ -n "${REPLAY_DEADLINE:-}" ] || { echo 0; return; }
+  local l=$(( REPLAY_DEADLINE - $(date +%s) ))
+  [ $l -gt 0 ] && echo $l || echo 1
+}
+
 status=0
 while IFS='|' read -r name sut extra kept; do
   [[ " $want " == *" $name "* ]] || continue
@@ -59,7 +68,7 @@ while IFS='|' read -r name sut extra kept; do
   start=$(date +%s.%N)
   # shellcheck disable=SC2086
   timeout "$limit" "$bin" fuzz --sut "$sut" --backend cuda --cases "$cases" --jobs "$jobs" --seed "$seed" \
-    --time-budget "$budget" --shrink-limit "${SHRINK_LIMIT:-25}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
+    --time-budget "$budget" --shrink-limit "${SHRINK_LIMIT:-25}" --chunk-cases "${CHUNK_CASES:-100}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
     --corpus-dir "$out/corpus-$name" --report "$out/$name.json" >"$out/$name.log" 2>&1
   rc=$?
   end=$(date +%s.%N)
@@ -68,13 +77,13 @@ while IFS='|' read -r name sut extra kept; do
   [ $rc -le 1 ] || status=1
   # every finding replays on the same SUT with the same verdict (the file records its sut)
   if ls "$out/corpus-$name"/*.json >/dev/null 2>&1; then
-    "$bin" replay "$out/corpus-$name"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
+    timeout "$(replay_limit)" "$bin" replay "$out/corpus-$name"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
       --worker-env "PYTHONPATH=$pypath" --report "$out/$name-replay.json" >"$out/$name-replay.log" 2>&1
     echo "   replay of its corpus files: exit $?; $(tail -n 1 "$out/$name-replay.log")" | tee -a "$out/summary.txt"
   fi
   # the findings kept in the repository replay with their verdicts too
   if [ -n "$kept" ] && ls corpus/frameworks/"$kept"/*.json >/dev/null 2>&1; then
-    "$bin" replay corpus/frameworks/"$kept"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
+    timeout "$(replay_limit)" "$bin" replay corpus/frameworks/"$kept"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
       --worker-env "PYTHONPATH=$pypath" --report "$out/$name-kept-replay.json" >"$out/$name-kept-replay.log" 2>&1
     echo "   replay of corpus/frameworks/$kept: exit $?; $(tail -n 1 "$out/$name-kept-replay.log")" | tee -a "$out/summary.txt"
   fi

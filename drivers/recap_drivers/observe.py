@@ -15,7 +15,9 @@ capture, so it is captured into graphs and refreshed by every replay. A draw is 
 executes inside the autograd engine (torch._C._current_autograd_node() is not None: a reentrant
 checkpoint's CheckpointFunction.backward or a non-reentrant checkpoint's unpack hook), a forward
 draw otherwise. Nothing else is changed: no hook is registered on modules or tensors, no feature is
-disabled.
+disabled. One exception, for runs already broken: while the mode sees every op (megatron), a step's
+backward that runs far more ops than its forward is ended with RunawayBackward (M7, a backward that
+would otherwise only end when device memory runs out).
 
 Digest: the mask packed as recap packs it (harness/runtime/dropout.h: bit i % 32 of uint32 word
 i / 32 set iff element i is kept, bits past n zero), the words as little-endian bytes, FNV-1a 64
@@ -119,6 +121,20 @@ def site(layer: str, op: str):
         _sites.pop()
 
 
+class RunawayBackward(RuntimeError):
+    """A step's backward ran far more ops than its forward did: a backward that would not end (a
+    recompute that reaches itself again through its own output re-enters without end, each level
+    deeper on a new autograd thread with its own cuBLAS workspace, until the device runs out of
+    memory, drivers/FINDINGS.md M7). Raised from the observer: such a run is already broken, and a
+    named failure in a second beats an out-of-memory error, which judges nothing, a minute later."""
+
+
+# A correct step's backward runs its forward's ops at most a few times over (the gradients, plus
+# one recompute per checkpoint): RUNAWAY_FACTOR times as many, plus RUNAWAY_FLOOR, is not one.
+RUNAWAY_FACTOR = 50
+RUNAWAY_FLOOR = 20000
+
+
 def _in_backward() -> bool:
     try:
         import torch
@@ -146,6 +162,7 @@ def _make_observer_class():
         for ov in pkt.overloads():
             bernoulli_ops.add(getattr(pkt, ov))
     native_dropout = aten.native_dropout.default
+    current_autograd_node = torch._C._current_autograd_node
     gemm_ops = set()
     for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_scaled_mm", "addmm_", "baddbmm_"):
         pkt = getattr(aten, name, None)
@@ -180,6 +197,10 @@ def _make_observer_class():
             self.step_keys: Dict[MaskKey, int] = {}  # key -> draws this step (ordered)
             self.graph_keys: Dict[MaskKey, int] = {}
             self.late_allocations = 0  # buffers allocated lazily (not planned)
+            # ops of this step outside and inside the autograd engine, counted while the mode is
+            # pushed for the whole run (the runaway check needs every op)
+            self.forward_ops = 0
+            self.backward_ops = 0
 
         # -- where the mode is pushed --
         # Globally while graphs are built (the mask copies and the cuBLAS workspaces that
@@ -240,6 +261,19 @@ def _make_observer_class():
 
         def begin_step(self):
             self.step_keys = {}
+            self.forward_ops = 0
+            self.backward_ops = 0
+
+        def _count_op(self):
+            if current_autograd_node() is None:  # outside the autograd engine (_in_backward, without its import)
+                self.forward_ops += 1
+                return
+            self.backward_ops += 1
+            if self.backward_ops > RUNAWAY_FACTOR * self.forward_ops + RUNAWAY_FLOOR:
+                raise RunawayBackward(
+                    f"a backward that does not end: the backward of step {position.step} ran "
+                    f"{self.backward_ops} ops for the {self.forward_ops} of its forward (more than "
+                    f"{RUNAWAY_FACTOR} times as many, plus {RUNAWAY_FLOOR}), in {position.layer or 'the model'}")
 
         def _record(self, mask, where):
             layer, op = where
@@ -269,6 +303,8 @@ def _make_observer_class():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             # only GEMMs create cuBLAS workspaces; reading the allocator around every op would
             # cost more than the ops (memory_allocated() builds and flattens a dict of stats)
+            if self._global:
+                self._count_op()
             if self.track_memory and func in gemm_ops:
                 a0 = _allocated_now()
                 out = func(*args, **(kwargs or {}))

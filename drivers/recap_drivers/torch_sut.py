@@ -129,17 +129,23 @@ def leak_report(held: int):
     if not mib or _leak_reported or held < (int(mib) << 20):
         return
     _leak_reported = True
+    allocation_sites(f"leak report at {held >> 20} MiB held")
+
+
+def allocation_sites(title: str):
+    """The blocks allocated now, grouped by the Python frames that allocated them, largest first,
+    on stderr (needs the memory history that RECAP_LEAK_REPORT turns on)."""
     sites: Dict[str, List[int]] = {}
     for seg in torch.cuda.memory._snapshot().get("segments", []):
         for b in seg.get("blocks", []):
             if b.get("state") != "active_allocated":
                 continue
             frames = [f for f in b.get("frames", []) if f.get("filename", "").endswith(".py")]
-            key = " < ".join(f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in frames[:6]) or "?"
+            key = " < ".join(f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in frames[:8]) or "?"
             e = sites.setdefault(key, [0, 0])
             e[0] += b.get("size", 0)
             e[1] += 1
-    print(f"recap_drivers: leak report at {held >> 20} MiB held, by allocation site:", file=sys.stderr)
+    print(f"recap_drivers: {title}, by allocation site:", file=sys.stderr)
     for key, (size, n) in sorted(sites.items(), key=lambda kv: -kv[1][0])[:12]:
         print(f"  {size >> 20} MiB in {n} blocks: {key}", file=sys.stderr)
     sys.stderr.flush()
@@ -534,6 +540,8 @@ class Runner:
             f["layer"] = tb_layer
         if err in _STICKY:
             self.record.fatal = True
+        if err == "cudaErrorMemoryAllocation" and os.environ.get("RECAP_LEAK_REPORT") and torch.cuda.is_available():
+            allocation_sites(f"out of memory in the {phase} of case {self.case.name!r}")  # what filled it
         traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
         return f
 

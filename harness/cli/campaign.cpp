@@ -80,7 +80,7 @@ CampaignResult run_in_process(const CampaignOptions& o) {
   auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   std::ofstream progress_file;
   if (!o.worker_out.empty()) progress_file.open(o.worker_out + ".progress");
-  int total = shard_cases(o.fuzz.cases, o.fuzz.shard_index, std::max(1, o.fuzz.shard_count));
+  int total = shard_cases(o.fuzz.cases, o.fuzz.chunk_cases, o.fuzz.shard_index, std::max(1, o.fuzz.shard_count));
   auto cb = [&](const properties::Progress& p) {
     maybe_abort(o.fuzz.shard_index, p.done);
     if (progress_file.is_open()) {
@@ -134,7 +134,7 @@ CampaignResult read_resumed(const std::string& path, CampaignOptions* o) {
   if (std::string err = read_json_file(path, &rep, lim); !err.empty()) throw UsageError("--resume: " + err);
   auto bad = [&](const std::string& why) { return UsageError("--resume " + one_line(path, 120) + ": " + why); };
   if (!rep.is_object() || rep.value("schema", Json()) != Json(reports::kReportSchema)) throw bad("not a recap.report/1");
-  const Json ctx = rep.value("context", Json::object());
+  Json ctx = rep.value("context", Json::object());
   const Json summary = rep.value("summary", Json::object());
   if (!ctx.is_object() || !summary.is_object() || !summary.contains("chunks") || !summary.contains("report_chunks"))
     throw bad("no chunk totals (a report of recap fuzz from before --resume, or of another command)");
@@ -147,6 +147,8 @@ CampaignResult read_resumed(const std::string& path, CampaignOptions* o) {
   if (ctx.value("command", "") != "fuzz") throw bad("not a report of recap fuzz");
   same("seed", Json(o->fuzz.seed));
   same("cases_requested", Json(o->fuzz.cases));
+  if (ctx.is_object() && !ctx.contains("chunk_cases")) ctx["chunk_cases"] = 100;  // reports from before --chunk-cases
+  same("chunk_cases", Json(o->fuzz.chunk_cases));
   same("policy", o->policy.empty() ? Json(nullptr) : Json(o->policy));
   same("backend", Json(o->backend));
   const std::string sut = ctx.contains("sut") && ctx["sut"].is_object() ? ctx["sut"].value("name", "") : "";

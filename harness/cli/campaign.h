@@ -80,8 +80,8 @@ void merge_resumed(CampaignResult& kept, CampaignResult&& rest);
 void parse_shard(const std::string& text, int* index, int* count);
 // --shard, else GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS (and touches GTEST_SHARD_STATUS_FILE).
 void resolve_shard(const std::string& flag, int* index, int* count);
-// How many of `cases` shard i of n runs: fuzz() deals chunks of 100 cases, chunk c to shard c % n.
-int shard_cases(int cases, int i, int n);
+// How many of `cases` shard i of n runs: fuzz() deals chunks of `chunk` cases, chunk c to shard c % n.
+int shard_cases(int cases, int chunk, int i, int n);
 
 // Replays one case file (already validated into *spec) on `backend`; prints the verdict and, when
 // a check diverged, the step-by-step table of the first divergence. `print` false: quiet.
@@ -104,6 +104,7 @@ struct FuzzFlags {
   bool no_checkpoint = false, no_dropout = false;  // generator restrictions
   std::vector<std::string> faults;                 // --fault NAME: fault points every case carries
   int shrink_limit = 0;
+  int chunk_cases = 100;
   bool keep_going = true;     // --stop-on-first clears it
   std::string known_findings;  // --known-findings FILE: accepted buckets
   std::string resume;          // --resume REPORT: the report of an interrupted run of this campaign

@@ -57,9 +57,14 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   cmd->add_option("--shrink-limit", f->shrink_limit,
                   "Evaluations one shrink may spend (0: no limit); the smallest failing case found by then is kept")
       ->check(CLI::Range(0, 100000000));
+  cmd->add_option("--chunk-cases", f->chunk_cases,
+                  "Cases per chunk (one RapidCheck run; chunks are dealt to the --jobs): smaller chunks keep more "
+                  "workers busy in a short campaign. Part of what decides the cases (recorded in the report)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   cmd->add_flag("--keep-going", f->keep_going,
                 "Run every case (the default): each distinct failure (property, disposition, CUDA error) is shrunk "
-                "once per chunk of 100 cases, later ones are counted in its bucket");
+                "once per chunk (--chunk-cases), later ones are counted in its bucket");
   cmd->add_flag("--stop-on-first{false}", f->keep_going,
                 "Stop each shard at its first counterexample (the behaviour before buckets)");
   cmd->add_option("--known-findings", f->known_findings,
@@ -68,7 +73,7 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--resume", f->resume,
                   "The report (--report) of an interrupted run of this campaign, given the same flags: its complete "
-                  "chunks of 100 cases are kept, the rest run, and the final report is the uninterrupted run's")
+                  "chunks are kept, the rest run, and the final report is the uninterrupted run's")
       ->check(CLI::ExistingFile);
   cmd->add_option("--dims", f->dims,
                   "Tensor sizes drawn: small (hidden 8-64, tokens 4-64), large (hidden 64-1024, tokens 64-512) or "
@@ -159,6 +164,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
     o.fuzz.gen.faults = f.faults;
   }
   o.fuzz.shrink_limit = f.shrink_limit;
+  o.fuzz.chunk_cases = f.chunk_cases;
   o.fuzz.keep_going = f.keep_going;
   o.fuzz.stop = stop_flag();
   o.fuzz.oracle.properties = f.properties;
@@ -200,6 +206,7 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   c.policy = o.policy;
   c.properties = o.fuzz.oracle.properties;
   c.cases_requested = o.fuzz.cases;
+  c.chunk_cases = o.fuzz.chunk_cases;
   c.jobs = o.jobs;
   c.shard = std::to_string(o.fuzz.shard_index) + "/" + std::to_string(o.fuzz.shard_count);
   c.shard_count = o.fuzz.shard_count;

@@ -44,11 +44,12 @@ void resolve_shard(const std::string& flag, int* index, int* count) {
   }
 }
 
-// How many of `cases` shard i of n runs: fuzz() deals chunks of 100 cases, chunk c to shard c % n.
-int shard_cases(int cases, int i, int n) {
+// How many of `cases` shard i of n runs: fuzz() deals chunks of `chunk` cases, chunk c to shard c % n.
+int shard_cases(int cases, int chunk, int i, int n) {
+  chunk = std::max(1, chunk);
   int total = 0;
-  for (int c = 0; c * 100 < cases; ++c)
-    if (c % n == i) total += std::min(100, cases - c * 100);
+  for (int c = 0; c * chunk < cases; ++c)
+    if (c % n == i) total += std::min(chunk, cases - c * chunk);
   return total;
 }
 

@@ -102,6 +102,8 @@ CampaignResult run_workers(const CampaignOptions& o) {
     }
     args.push_back("--dims");
     args.push_back(o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small");
+    args.push_back("--chunk-cases");
+    args.push_back(std::to_string(o.fuzz.chunk_cases));
     if (o.fuzz.shrink_limit > 0) {
       args.push_back("--shrink-limit");
       args.push_back(std::to_string(o.fuzz.shrink_limit));
@@ -198,7 +200,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
         done += read_progress(w.out, &f);
         failures += f;
       }
-      int total = shard_cases(o.fuzz.cases, i, n);
+      int total = shard_cases(o.fuzz.cases, o.fuzz.chunk_cases, i, n);
       progress_line(done, total, failures, el,
                     o.fuzz.time_budget_s > 0 ? std::max(0.0, o.fuzz.time_budget_s - el) : -1.0);
     }

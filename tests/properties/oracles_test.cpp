@@ -12,6 +12,7 @@
 #include "harness/runtime/phase.h"
 #include "properties/generators.h"
 #include "harness/sut/worker.h"
+#include "properties/diagnosis.h"
 #include "properties/oracles.h"
 
 namespace recap::properties {
@@ -403,6 +404,23 @@ TEST(Dispositions, NamesAndOrder) {
   const std::vector<std::string> order = {"capture_clean", "eager_vs_graphed", "recompute_on_off", "rng_ledger",
                                           "memory",        "reference",        "training",         "hygiene"};
   EXPECT_EQ(property_names(), order);
+}
+
+// A framework's failure is diagnosed from what its driver reports: the megatron-core driver's
+// RunawayBackward (drivers/FINDINGS.md M7) is class 25, and only that error is.
+TEST(Diagnosis, RunawayBackwardIsClass25) {
+  CaseReport r;
+  r.spec = one_layer("block", CheckpointPolicy::Skip, training::ExecutorKind::Eager);
+  r.disposition = Disposition::Failed;
+  CheckResult c;
+  c.property = "capture_clean";
+  c.disposition = Disposition::Failed;
+  c.reason = "eager step failed in the backward of block0: a backward that does not end";
+  c.cuda_error = "RunawayBackward";
+  r.checks = {c};
+  EXPECT_EQ(diagnose(r).rfind("class 25:", 0), 0u) << diagnose(r);
+  r.checks[0].cuda_error = "TypeError";
+  EXPECT_EQ(diagnose(r).find("class 25"), std::string::npos) << diagnose(r);
 }
 
 }  // namespace
