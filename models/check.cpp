@@ -179,6 +179,12 @@ reference::MaskFn ledger_masks(const std::vector<runtime::LedgerEntry>& draws, s
       if (e.count != n)
         problems->push_back("draw " + layer + "/" + op + ": recorded count " + std::to_string(e.count) +
                             ", the reference asks for " + std::to_string(n));
+      if (e.generator == "mask") {  // another system's mask: applied as it reported it
+        if (e.mask.size() == n) return e.mask;
+        problems->push_back("mask " + layer + "/" + op + ": the system sent " + std::to_string(e.mask.size()) +
+                            " mask bytes, the reference asks for " + std::to_string(n));
+        return std::vector<uint8_t>(n, 1);
+      }
       return runtime::dropout_mask_bytes(e.seed, e.offset, n, p);
     }
     problems->push_back("the ledger has no forward draw for " + layer + "/" + op);

@@ -98,7 +98,8 @@ struct Comparison {
 };
 
 // The reference's masks from recorded draws: each request (layer, op, n) takes the first unused
-// forward draw of that site (of `microbatch` only, unless it is -1) and gives its mask; *used marks
+// forward draw of that site (of `microbatch` only, unless it is -1) and gives its mask (from its
+// seed and offset; another system's as it sent it, LedgerEntry::mask); *used marks
 // what was taken (sized to `draws`); a missing draw or a count mismatch is one line in *problems
 // (a missing draw gives a mask that keeps everything). `draws`, `used` and `problems` must outlive it.
 reference::MaskFn ledger_masks(const std::vector<runtime::LedgerEntry>& draws, std::vector<bool>* used,

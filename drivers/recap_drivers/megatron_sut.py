@@ -284,8 +284,9 @@ class MegatronModel(layers_mod.RecapParamList):
                     v = v.index_select(0, perm)
                 p.copy_(v.to(p.dtype))
 
-    # recap's gradients in recap's layout (qkv rows back in recap's order)
-    def recap_grad(self, i: int, g: torch.Tensor) -> torch.Tensor:
+    # A gradient or value of parameter i in recap's layout (qkv rows back in recap's order): what
+    # the observation reports for both (the parameters too: the fp64 training oracle loads them)
+    def recap_layout(self, i: int, g: torch.Tensor) -> torch.Tensor:
         perm = self.loaders[i]
         if perm is None:
             return g
@@ -444,7 +445,7 @@ class MegatronRunner(Runner):
         if m < 0:
             return
         for i, p in enumerate(self.params):
-            self.gbuf[m][i].copy_(self.model.recap_grad(i, p.main_grad))
+            self.gbuf[m][i].copy_(self.model.recap_layout(i, p.main_grad))
 
     def body(self, call_layer) -> List[torch.Tensor]:
         c = self.case

@@ -151,6 +151,12 @@ def allocation_sites(title: str):
     sys.stderr.flush()
 
 
+# Test fault (off unless RECAP_DRIVER_FAULT=wrong-mask-frame): the first forward mask frame of step 0
+# reports one element flipped, while the run used the true mask. recap's fp64 oracles must see it
+# (tests/cli: sut_torch_eager); nothing else reads the frames.
+_WRONG_MASK_FRAME = os.environ.get("RECAP_DRIVER_FAULT", "") == "wrong-mask-frame"
+
+
 def _skipped_reply(rid, names: List[str], reason: str, run_ms: float) -> Tuple[dict, list]:
     return {"op": "observation", "id": rid, "status": "skipped", "reason": reason, "param_names": names,
             "steps": [], "memory": RunRecord(names, []).memory, "timings": {"run_ms": run_ms}}, []
@@ -481,7 +487,10 @@ class Runner:
         vals = [_to_f32(float(l.item())) if l is not None else float("nan") for l in losses]
         grads_mb = [[g.detach().float().cpu().clone() for g in row] for row in self.gbuf]
         grads = grads_mb[self.last_backward] if self.last_backward >= 0 else []
-        params = [p.detach().float().cpu().clone() for p in self.params]
+        # in recap's layout, as the gradients are (megatron keeps qkv rows in its own order)
+        layout = getattr(self.model, "recap_layout", None)
+        params = [(layout(i, p.detach()) if layout else p.detach()).float().cpu().clone()
+                  for i, p in enumerate(self.params)]
         masks = self.obs.collect(graph_keys)
         return StepRecord(step, phase, vals, masks, (time.perf_counter() - t0) * 1e3, grads_mb, grads, params)
 
@@ -999,7 +1008,11 @@ class TorchSUT:
             if mask_frames:
                 for mk in s.masks:
                     name = f"mask {s.step} {mk['microbatch']} {mk['pass']} {mk['layer']} {mk['op']}"
-                    out.append(Frame(name, "u8", (mk["numel"],), mk["_bytes"]))
+                    data = mk["_bytes"]
+                    if _WRONG_MASK_FRAME and s.step == 0 and mk["pass"] == "forward" and not any(
+                            f.name.startswith("mask 0 ") for f in out):
+                        data = bytes([data[0] ^ 1]) + data[1:]  # the fault: reports what was not applied
+                    out.append(Frame(name, "u8", (mk["numel"],), data))
         h = {"op": "observation", "id": rid, "status": status,
              "reason": "" if status == "ok" else (rec.failure or {}).get("message", ""),
              "param_names": rec.param_names, "steps": steps, "memory": rec.memory,

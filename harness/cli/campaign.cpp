@@ -9,6 +9,7 @@
 #include <chrono>
 #include <sstream>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -127,7 +128,7 @@ CampaignResult run_campaign(const CampaignOptions& o) {
   return r;
 }
 
-CampaignResult read_resumed(const std::string& path, CampaignOptions* o) {
+CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::vector<std::string>* rerun_files) {
   Json rep;
   JsonLimits lim;
   lim.max_bytes = size_t{1} << 30;  // a report holds every case's report: 1 GiB is 200,000 cases
@@ -180,9 +181,21 @@ CampaignResult read_resumed(const std::string& path, CampaignOptions* o) {
       kept.reports.push_back(std::move(all.reports[i]));
       kept.report_chunks.push_back(all.report_chunks[i]);
     }
-  for (auto& f : all.failures)
+  for (auto& f : all.failures) {
     if (o->fuzz.skip_chunks.count(f.chunk)) kept.failures.push_back(std::move(f));
+    else if (!f.corpus_path.empty()) rerun_files->push_back(f.corpus_path);
+  }
   return kept;
+}
+
+void remove_replaced_files(const std::vector<std::string>& files, const CampaignResult& r) {
+  std::set<std::string> written;
+  for (const auto& f : r.failures) written.insert(f.corpus_path);
+  for (const auto& p : files) {
+    if (written.count(p)) continue;
+    std::error_code ec;
+    std::filesystem::remove(p, ec);  // already gone, or never written: nothing to undo
+  }
 }
 
 void merge_resumed(CampaignResult& kept, CampaignResult&& rest) {

@@ -71,8 +71,14 @@ int settle_failures(CampaignResult& r, const CampaignOptions& o, const std::set<
 // --resume REPORT: what the interrupted campaign's report kept of its complete chunks (their
 // cases, totals and counterexamples; partial chunks are run again) and, in o->fuzz.skip_chunks,
 // those chunks. UsageError, one line, when the file is not a recap.report/1 of this campaign (its
-// seed, cases, policy, backend, shard and system under test) or lacks the chunk totals.
-CampaignResult read_resumed(const std::string& path, CampaignOptions* o);
+// seed, cases, policy, backend, shard and system under test) or lacks the chunk totals. *rerun_files
+// gets the corpus files the interrupted run wrote for the chunks that run again: a shrink cut short
+// by the signal wrote a less shrunk case there, which the resumed run replaces
+// (remove_replaced_files).
+CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::vector<std::string>* rerun_files);
+// Removes each of `files` that no failure of `r` was written to, so a resumed campaign leaves the
+// corpus an uninterrupted run leaves.
+void remove_replaced_files(const std::vector<std::string>& files, const CampaignResult& r);
 // The resumed part and the rest of the campaign, as one uninterrupted run would have reported it.
 void merge_resumed(CampaignResult& kept, CampaignResult&& rest);
 

@@ -19,7 +19,8 @@ int fuzz(const FuzzFlags& f) {
   bool worker = !o.worker_out.empty();
   const std::set<std::string> known = read_known_findings(f.known_findings);  // a bad file stops us first
   CampaignResult kept;
-  if (!f.resume.empty()) kept = read_resumed(f.resume, &o);  // before any case: a wrong file is bad usage
+  std::vector<std::string> rerun_files;
+  if (!f.resume.empty()) kept = read_resumed(f.resume, &o, &rerun_files);  // before any case: a wrong file is bad usage
   install_stop_handlers();
   if (seed_random && !worker)
     std::printf("recap fuzz: seed %" PRIu64 " (random; --seed %" PRIu64 " repeats this campaign)\n", o.fuzz.seed,
@@ -35,6 +36,7 @@ int fuzz(const FuzzFlags& f) {
     return kExitOk;
   }
   const int unknown = settle_failures(r, o, known, f.corpus_dir);
+  remove_replaced_files(rerun_files, r);
   bool failed = unknown > 0 || !r.crashes.empty();
   reports::Outcome out;
   // what ran is reported and written; the exit says when it was cut short

@@ -40,6 +40,9 @@ struct LedgerEntry {
   uint64_t offset = 0;
   uint64_t count = 0;
   std::string generator;  // tracker name the draw came from
+  // Another system's mask (its observation's mask frame: 1 kept, 0 dropped), when it sent one;
+  // recap's own draws leave it empty (their mask follows from seed and offset).
+  std::vector<uint8_t> mask;
 };
 
 class RngLedger {

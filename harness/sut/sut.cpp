@@ -319,6 +319,8 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
     if (checked_eager_.insert(training::case_to_json(eager).dump()).second) req.header["determinism_check"] = true;
   }
   if (config_.send_frames) req.frames = case_frames(spec);
+  // another system's masks come back whole: the fp64 oracles (reference, training) apply them
+  if (!config_.recap_runtime) req.header["mask_frames"] = true;
   Message obs;
   begin_request();
   struct EndRequest {

@@ -209,6 +209,15 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
           e.offset = d.value("offset", uint64_t{0});
           e.count = d.value(mask ? "numel" : "count", uint64_t{0});
           e.generator = mask ? "mask" : d.value("generator", std::string());
+          if (mask) {  // the mask itself when the worker sent it (mask_frames)
+            const std::string name = "mask " + st + " " + std::to_string(e.site.microbatch) + " " +
+                                     d.value("pass", std::string("forward")) + " " + e.site.layer + " " + e.site.op;
+            if (const Frame* f = m.frame(name)) {
+              if (f->dtype != "u8" || f->bytes.size() != e.count)
+                throw ProtocolError("observation: frame '" + name + "' is not " + std::to_string(e.count) + " u8 values");
+              e.mask.assign(f->bytes.begin(), f->bytes.end());
+            }
+          }
           s.ledger.push_back(e);
         }
       if (k < step_memory.size()) {

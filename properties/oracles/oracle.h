@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness/training/executor.h"
+#include "models/reference/reference.h"
 #include "properties/oracles.h"
 
 namespace recap::properties {
@@ -107,6 +108,16 @@ double fp64_macs(const models::ModelSpec& model);
 constexpr double kReferenceMacBudget = 2e8;
 Oracle reference_oracle();
 Oracle training_oracle();
+// The fp64 check both of them make of a run's step: microbatch 0's gradients (named `names`, in the
+// record's order) against the fp64 reference from `params`, the step's input and target
+// (training::step_data) and the forward masks of its ledger (training.cpp). `from` names the
+// parameters in the reason ("the parameters after step 0").
+CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec& spec,
+                                  const std::vector<std::string>& names, const models::reference::Params& params,
+                                  const training::StepRecord& step, const std::string& from);
+// Whether every forward mask of the step's microbatch 0 came with its bytes: another system's
+// masks are applied only when it sent them (the worker's mask_frames).
+bool masks_sent(const training::StepRecord& step);
 Oracle hygiene_oracle();
 
 // Check results.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "harness/runtime/tensor.h"
 #include "properties/oracles/oracle.h"
 
 namespace recap::properties {
@@ -124,9 +125,38 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
 }
 
 namespace {
+// Another system's run: its step 0, microbatch 0 gradients against the fp64 reference from the
+// parameters recap sent it (the case's rule, training::Session's initial values), the step's data
+// and the masks it reported (mask_frames). Its own model cannot be run layer by layer as recap's
+// is, so bf16 stacks are left to the other oracles, as the training oracle leaves them.
+CheckResult judge_other_system(Runs& runs) {
+  const char* p = "reference";
+  const training::CaseSpec& spec = runs.spec();
+  const training::RunResult& r = runs.main();
+  if (!r.ok() || r.steps.empty()) return skipped(p, "the run did not complete");
+  if (spec.model.dtype != models::DType::F32)
+    return skipped(p, "bf16: another system's whole stack is checked against fp64 in fp32 cases only");
+  if (fp64_macs(spec.model) > kReferenceMacBudget) return skipped(p, "too large for an fp64 pass of the whole stack");
+  if (!masks_sent(r.steps[0])) return skipped(p, "the system under test sent no dropout masks to apply (mask_frames)");
+  auto t0 = std::chrono::steady_clock::now();
+  models::reference::Params params;  // what recap sent as the initial parameters
+  {
+    std::string err;
+    auto dev = device::make_device(device::BackendChoice::Sim, {}, &err);
+    if (!dev) return bad(p, Disposition::Crashed, "cannot create a sim device for the initial parameters: " + err);
+    training::Session session(*dev, spec);
+    for (models::Param* q : session.trainer().params) {
+      const std::vector<float> v = runtime::to_floats(*dev, q->value);
+      params[q->name] = models::reference::Vec(v.begin(), v.end());
+    }
+  }
+  CheckResult c = fp64_microbatch_check(p, spec, r.param_names, params, r.steps[0], "the initial parameters");
+  runs.report().timings["reference_ms"] = ms_since(t0);
+  return c;
+}
+
 CheckResult judge(Runs& runs) {
-  if (runs.options().sut && !runs.options().sut->recap_runtime())
-    return skipped("reference", "the fp64 reference of another system's run needs the masks it drew (mask_frames): not built yet");
+  if (runs.options().sut && !runs.options().sut->recap_runtime()) return judge_other_system(runs);
   auto t0 = std::chrono::steady_clock::now();
   CheckResult c = reference_check(runs.spec(), runs.backend());
   const auto& d = c.divergence;

@@ -1,7 +1,7 @@
 // training: the training loop against the math. The gradient the run recorded for step 1,
 // microbatch 0, against the fp64 reference computed from the parameters the run had after step 0,
 // step 1's input and target (training::step_data) and the masks the run's ledger shows for that
-// forward. Every other oracle compares runs of the same loop with each other, and `reference`
+// forward (another system's: the masks it sent, mask_frames). Every other oracle compares runs of the same loop with each other, and `reference`
 // checks one pass of the model alone: a loop that stops zeroing gradients between steps, or
 // updates with the wrong ones, agrees with all its twins (docs/faults.md, grad-accum-not-zeroed).
 // Cost: one fp64 pass of the model, as `reference`.
@@ -15,13 +15,71 @@
 
 namespace recap::properties {
 
+// Whether every forward mask of `step`'s microbatch 0 came with its bytes (another system's masks
+// are judged only when it sent them: mask_frames).
+bool masks_sent(const training::StepRecord& step) {
+  for (const auto& e : step.ledger)
+    if (e.generator == "mask" && e.site.phase == runtime::Phase::Forward && e.site.microbatch == 0 && e.mask.empty())
+      return false;
+  return true;
+}
+
+CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec& spec,
+                                  const std::vector<std::string>& names, const models::reference::Params& params,
+                                  const training::StepRecord& step, const std::string& from) {
+  namespace mc = models::check;
+  const int s = step.step;
+  const std::string at = "step " + std::to_string(s) + ", microbatch 0";
+  if (step.microbatches.empty()) return bad(property, Disposition::Incorrect, at + ": the run recorded no microbatch gradients");
+  std::vector<bool> used;
+  std::vector<std::string> problems;
+  const models::reference::MaskFn masks = mc::ledger_masks(step.ledger, &used, &problems, /*microbatch=*/0);
+  const std::vector<float> x = training::step_data(spec, s, 0, 0), target = training::step_data(spec, s, 0, 1);
+  models::reference::Params grads;
+  try {
+    models::reference::RefModel ref(spec.model, params);
+    const std::vector<double> y = ref.forward(models::reference::Vec(x.begin(), x.end()), spec.model.tokens, masks);
+    models::reference::Vec dy(y.size());
+    for (size_t i = 0; i < y.size(); ++i) dy[i] = (y[i] - target[i]) / static_cast<double>(y.size());  // mse_loss's
+    ref.backward(dy);
+    grads = ref.grads();
+  } catch (const std::exception& e) {
+    return bad(property, Disposition::Crashed, std::string("the fp64 reference threw: ") + e.what());
+  }
+  if (!problems.empty()) return bad(property, Disposition::Incorrect, at + ": " + problems[0]);
+
+  const double tol = mc::tolerance(spec.model);
+  Divergence worst;
+  worst.step = s;
+  worst.microbatch = 0;
+  worst.tolerance = tol;
+  double worst_err = -1.0;
+  const auto& got = step.microbatches[0].grads;
+  for (size_t i = 0; i < names.size() && i < got.size(); ++i) {
+    const auto it = grads.find(names[i]);
+    if (it == grads.end()) continue;
+    double err = mc::rel_l2(got[i], it->second);
+    if (std::isnan(err)) err = INFINITY;
+    if (err > worst_err) {
+      worst_err = err;
+      worst.tensor = "grad " + names[i];
+      worst.rel_l2_error = err;
+      worst.max_abs_error = mc::max_abs(got[i], it->second);
+    }
+  }
+  CheckResult c = passed(property);
+  if (worst_err >= 0) c.divergence = worst;
+  if (!std::isfinite(worst_err) || worst_err > mc::kNoiseFactor * tol) {
+    c.disposition = Disposition::Incorrect;
+    c.reason = "step " + std::to_string(s) + " vs the fp64 reference from " + from + ": " + worst.describe();
+  }
+  return c;
+}
+
 namespace {
 
 CheckResult judge(Runs& runs) {
-  namespace mc = models::check;
   const char* p = "training";
-  if (runs.options().sut && !runs.options().sut->recap_runtime())
-    return skipped(p, "the fp64 reference of another system's run needs the masks it drew (mask_frames): not built yet");
   const training::CaseSpec& spec = runs.spec();
   const training::RunResult& r = runs.main();
   if (!r.ok()) return skipped(p, "the run did not complete");
@@ -30,60 +88,17 @@ CheckResult judge(Runs& runs) {
     return skipped(p, "bf16: a whole stack against fp64 is checked per layer (reference); this check runs in fp32");
   // The fp64 pass runs on the CPU: past the reference oracle's budget the case is left to it.
   if (fp64_macs(spec.model) > kReferenceMacBudget) return skipped(p, "too large for an fp64 pass of the whole stack");
-  auto t0 = std::chrono::steady_clock::now();
-
   const training::StepRecord& before = r.steps[0];
   const training::StepRecord& step = r.steps[1];
-  if (step.microbatches.empty() || before.params.size() != r.param_names.size())
-    return bad(p, Disposition::Incorrect, "the run recorded no parameters or microbatch gradients to check");
+  if (!masks_sent(step)) return skipped(p, "the system under test sent no dropout masks to apply (mask_frames)");
+  if (before.params.size() != r.param_names.size())
+    return bad(p, Disposition::Incorrect, "the run recorded no parameters to check");
+  auto t0 = std::chrono::steady_clock::now();
   models::reference::Params params;
   for (size_t i = 0; i < r.param_names.size(); ++i)
     params[r.param_names[i]] = models::reference::Vec(before.params[i].begin(), before.params[i].end());
-
-  std::vector<bool> used;
-  std::vector<std::string> problems;
-  const models::reference::MaskFn masks = mc::ledger_masks(step.ledger, &used, &problems, /*microbatch=*/0);
-  const std::vector<float> x = training::step_data(spec, 1, 0, 0), target = training::step_data(spec, 1, 0, 1);
-  std::vector<double> y, dx;
-  models::reference::Params grads;
-  try {
-    models::reference::RefModel ref(spec.model, params);
-    y = ref.forward(models::reference::Vec(x.begin(), x.end()), spec.model.tokens, masks);
-    models::reference::Vec dy(y.size());
-    for (size_t i = 0; i < y.size(); ++i) dy[i] = (y[i] - target[i]) / static_cast<double>(y.size());  // mse_loss's
-    ref.backward(dy);
-    grads = ref.grads();
-  } catch (const std::exception& e) {
-    return bad(p, Disposition::Crashed, std::string("the fp64 reference threw: ") + e.what());
-  }
+  CheckResult c = fp64_microbatch_check(p, spec, r.param_names, params, step, "the parameters after step 0");
   runs.report().timings["training_ms"] = ms_since(t0);
-  if (!problems.empty()) return bad(p, Disposition::Incorrect, "step 1, microbatch 0: " + problems[0]);
-
-  const double tol = mc::tolerance(spec.model);
-  Divergence worst;
-  worst.step = 1;
-  worst.microbatch = 0;
-  worst.tolerance = tol;
-  double worst_err = -1.0;
-  const auto& got = step.microbatches[0].grads;
-  for (size_t i = 0; i < r.param_names.size() && i < got.size(); ++i) {
-    const auto it = grads.find(r.param_names[i]);
-    if (it == grads.end()) continue;
-    double err = mc::rel_l2(got[i], it->second);
-    if (std::isnan(err)) err = INFINITY;
-    if (err > worst_err) {
-      worst_err = err;
-      worst.tensor = "grad " + r.param_names[i];
-      worst.rel_l2_error = err;
-      worst.max_abs_error = mc::max_abs(got[i], it->second);
-    }
-  }
-  CheckResult c = passed(p);
-  if (worst_err >= 0) c.divergence = worst;
-  if (!std::isfinite(worst_err) || worst_err > mc::kNoiseFactor * tol) {
-    c.disposition = Disposition::Incorrect;
-    c.reason = "step 1 vs the fp64 reference from the parameters after step 0: " + worst.describe();
-  }
   return c;
 }
 
