@@ -72,9 +72,9 @@ int settle_failures(CampaignResult& r, const CampaignOptions& o, const std::set<
 // cases, totals and counterexamples; partial chunks are run again) and, in o->fuzz.skip_chunks,
 // those chunks. UsageError, one line, when the file is not a recap.report/1 of this campaign (its
 // seed, cases, policy, backend, shard and system under test) or lacks the chunk totals. *rerun_files
-// gets the corpus files the interrupted run wrote for the chunks that run again: a shrink cut short
-// by the signal wrote a less shrunk case there, which the resumed run replaces
-// (remove_replaced_files).
+// gets the corpus files the interrupted run wrote for the chunks that run again: a case of a later
+// chunk that stood for a bucket its lowest chunk had not reached yet, or a shrink cut short by the
+// signal; the resumed run may write another file for them (remove_replaced_files).
 CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::vector<std::string>* rerun_files);
 // Removes each of `files` that no failure of `r` was written to, so a resumed campaign leaves the
 // corpus an uninterrupted run leaves.

@@ -319,8 +319,12 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
     if (checked_eager_.insert(training::case_to_json(eager).dump()).second) req.header["determinism_check"] = true;
   }
   if (config_.send_frames) req.frames = case_frames(spec);
-  // another system's masks come back whole: the fp64 oracles (reference, training) apply them
-  if (!config_.recap_runtime) req.header["mask_frames"] = true;
+  // Another system's masks come back whole for the fp64 oracles (reference, training), which judge
+  // fp32 cases only. Frames are a byte per element of every mask of every step: asked for only
+  // while a mask is at most 64 K elements (framework campaigns draw hidden <= 64, tokens <= 64),
+  // since a large case's would be hundreds of MB per run.
+  const bool small = int64_t{spec.model.tokens} * spec.model.hidden <= (int64_t{1} << 16);
+  if (!config_.recap_runtime && spec.model.dtype == models::DType::F32 && small) req.header["mask_frames"] = true;
   Message obs;
   begin_request();
   struct EndRequest {
