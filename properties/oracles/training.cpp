@@ -1,9 +1,10 @@
 // training: the training loop against the math. The gradient the run recorded for step 1,
 // microbatch 0, against the fp64 reference computed from the parameters the run had after step 0,
 // step 1's input and target (training::step_data) and the masks the run's ledger shows for that
-// forward (another system's: the masks it sent, mask_frames). Every other oracle compares runs of the same loop with each other, and `reference`
-// checks one pass of the model alone: a loop that stops zeroing gradients between steps, or
-// updates with the wrong ones, agrees with all its twins (docs/faults.md, grad-accum-not-zeroed).
+// forward (another system's: the masks it sent, mask_frames). Every other oracle compares runs of
+// the same loop with each other, and `reference` checks one pass of the model alone: a loop that
+// stops zeroing gradients between steps, or updates with the wrong ones, agrees with all its twins
+// (docs/faults.md, grad-accum-not-zeroed).
 // Cost: one fp64 pass of the model, as `reference`.
 #include <algorithm>
 #include <cmath>
