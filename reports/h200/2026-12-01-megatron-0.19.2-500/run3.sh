@@ -5,12 +5,7 @@
 # RECAP_MEMORY_TRACE=1 prints, after each case, what the worker still holds and how many graphs
 # it reset, and once per worker who held the first such graph.
 set -u
-o=$(realpath -m "${OUT:-gpu-logs}")
-mkdir -p "$o"
-# the device tool brings back at most 8 files, and nothing of a call it stops: the tarball is made
-# on every exit (the first call of this script lost its report that way)
-pack() { trap - EXIT TERM; tar czf /tmp/all.tgz -C "$o" . && rm -rf "${o:?}"/* && mv /tmp/all.tgz "$o/"; }
-trap pack EXIT TERM
+. scripts/gpu-out.sh  # $o, packed into one all.tgz on every exit
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 RECAP_MEMORY_TRACE=1 RECAP_WORKER_RETIRE_MIB=192
 site=/tmp/recap-site-0.19.2
 [ -d $site/megatron ] || pip install --no-deps --target $site .whl/megatron_core-0.19.2-*.whl -q

@@ -5,13 +5,8 @@
 # alone at the campaign's memory cap with RECAP_LEAK_REPORT: at the out-of-memory error the worker
 # prints the blocks then allocated, by the Python frames that allocated them.
 set -u
-o=$(realpath -m "${OUT:-gpu-logs}")
-mkdir -p "$o"
+. scripts/gpu-out.sh  # $o, packed into one all.tgz on every exit
 t0=$(date +%s)
-left() { echo $(( ${1} - ($(date +%s) - t0) )); }  # seconds left of a deadline N s after the start
-# the device tool brings back at most 8 files: one tarball, made on every exit
-pack() { trap - EXIT TERM; tar czf /tmp/all.tgz -C "$o" . && rm -rf "${o:?}"/* && mv /tmp/all.tgz "$o/"; }
-trap pack EXIT TERM
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 RECAP_MEMORY_TRACE=1 RECAP_WORKER_RETIRE_MIB=192
 bin=.device/slim/harness/cli/recap
 site=/tmp/recap-site-0.19.2

@@ -4,11 +4,8 @@
 # RunawayBackward instead of running out of memory after a minute), and beside it M7's standalone
 # reproduction on both megatron-core versions (m7_repro.py).
 set -u
-o=$(realpath -m "${OUT:-gpu-logs}")
-mkdir -p "$o"
+. scripts/gpu-out.sh  # $o, packed into one all.tgz on every exit
 t0=$(date +%s)
-pack() { trap - EXIT TERM; tar czf /tmp/all.tgz -C "$o" . && rm -rf "${o:?}"/* && mv /tmp/all.tgz "$o/"; }
-trap pack EXIT TERM
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 RECAP_MEMORY_TRACE=1 RECAP_WORKER_RETIRE_MIB=192
 here=$(dirname "$0")
 for v in 0.15.3 0.19.2; do

@@ -4,10 +4,7 @@
 # the same campaign; each kill shrunk and written, then replayed on cuda in a fresh process.
 #   bash reports/h200/2026-12-01-mutants-cuda/run.sh      # there, from the tree's root
 set -u
-o=$(realpath -m "${OUT:-gpu-logs}")
-mkdir -p "$o"
-pack() { trap - EXIT TERM; tar czf /tmp/all.tgz -C "$o" . && rm -rf "${o:?}"/* && mv /tmp/all.tgz "$o/"; }
-trap pack EXIT TERM
+. scripts/gpu-out.sh  # $o, packed into one all.tgz on every exit
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
 bin="${RECAP_BIN:-.device/slim/harness/cli/recap}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$o/device.txt" 2>&1

@@ -5,11 +5,8 @@
 # with 10 jobs; beside it torch and torch without checkpoints and dropout, 5 jobs, one after the
 # other. Every campaign's corpus files, and the files kept in corpus/frameworks/, are replayed.
 set -u
-o=$(realpath -m "${OUT:-gpu-logs}")
-mkdir -p "$o"
+. scripts/gpu-out.sh  # $o, packed into one all.tgz on every exit
 t0=$(date +%s)
-pack() { trap - EXIT TERM; tar czf /tmp/all.tgz -C "$o" . && rm -rf "${o:?}"/* && mv /tmp/all.tgz "$o/"; }
-trap pack EXIT TERM
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 RECAP_WORKER_RETIRE_MIB=192
 OUT="$o/t" CAMPAIGNS="torch torch-no-ckpt-no-dropout" BUDGET_torch=200 LIMIT_torch=260 \
   BUDGET_torch_no_ckpt_no_dropout=100 LIMIT_torch_no_ckpt_no_dropout=140 SHRINK_LIMIT=12 CHUNK_CASES=25 \

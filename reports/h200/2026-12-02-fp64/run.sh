@@ -5,10 +5,7 @@
 # (F1's wrong recomputed masks should now fail the reference too). Seed 1, 48 cases each, only
 # those two properties judged. From the tree's root, .device and .whl carried.
 set -u
-o=$(realpath -m "${OUT:-gpu-logs}")
-mkdir -p "$o"
-pack() { trap - EXIT TERM; tar czf /tmp/all.tgz -C "$o" . && rm -rf "${o:?}"/* && mv /tmp/all.tgz "$o/"; }
-trap pack EXIT TERM
+. scripts/gpu-out.sh  # $o, packed into one all.tgz on every exit
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 RECAP_CUDA_MEMORY_FRACTION=0.04
 bin=.device/slim/harness/cli/recap
 site=/tmp/recap-site-0.19.2
