@@ -162,7 +162,7 @@ def _make_observer_class():
         for ov in pkt.overloads():
             bernoulli_ops.add(getattr(pkt, ov))
     native_dropout = aten.native_dropout.default
-    current_autograd_node = torch._C._current_autograd_node
+    current_autograd_node = torch._C._current_autograd_node  # _in_backward without its import, per op
     gemm_ops = set()
     for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_scaled_mm", "addmm_", "baddbmm_"):
         pkt = getattr(aten, name, None)
@@ -265,7 +265,7 @@ def _make_observer_class():
             self.backward_ops = 0
 
         def _count_op(self):
-            if current_autograd_node() is None:  # outside the autograd engine (_in_backward, without its import)
+            if current_autograd_node() is None:  # outside the autograd engine
                 self.forward_ops += 1
                 return
             self.backward_ops += 1
@@ -277,7 +277,7 @@ def _make_observer_class():
 
         def _record(self, mask, where):
             layer, op = where
-            pass_ = "recompute" if _in_backward() else "forward"
+            pass_ = "forward" if current_autograd_node() is None else "recompute"
             key = (layer, op, self.microbatch, pass_)
             if self.mode == "build":
                 if not (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
