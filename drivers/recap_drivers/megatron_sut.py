@@ -207,7 +207,7 @@ class MegatronModel(layers_mod.RecapParamList):
         super().__init__()
         self.api = api
         self.case = c
-        self.config = configs[0] if configs else None
+        self.config = configs[model_config_index(graphed_layers)] if configs else None
         self.model_type = api.ModelType.encoder_or_decoder
         SmallLayer = _make_small_layer_class(api)
         self.layers = nn.ModuleList()
@@ -304,6 +304,28 @@ class MegatronModel(layers_mod.RecapParamList):
         return h.squeeze(1)
 
 
+def model_config_index(graphed_layers: List[bool]) -> int:
+    """Which layer's TransformerConfig the model and its DDP wrapper carry: a graphed layer's when
+    any layer is graphed, else layer 0's. Each layer has its own config and only graphed layers'
+    say cuda_graph_impl "local" (MegatronSUT.configs). Two readers, two configs:
+      - whether a layer gets graphs is decided by its own config: GraphableMegatronModule.__init__
+        creates a CudaGraphManager only when `config.cuda_graph_impl == "local"`
+        (megatron/core/transformer/module.py, 0.15.3 and 0.19);
+      - whether graphs are made at all is decided by the model's: forward_backward_no_pipelining
+        reads `config = get_model_config(model)` (the DDP wrapper's .config, megatron/core/utils.py
+        get_attr_wrapped_model) and calls create_cudagraphs() only when
+        `config.cuda_graph_impl == "local"` (megatron/core/pipeline_parallel/schedules.py; 0.15.3
+        also requires cuda_graph_scope != "full_iteration").
+    With configs[0] a case whose layer 0 is not graphed built no graph at all (issue 18). The
+    model's config makes no layer graphed, and the fields the schedule and DDP read otherwise
+    (finalize_model_grads_func, calculate_per_token_loss, timers, ...) are equal in every layer's
+    config."""
+    for i, g in enumerate(graphed_layers):
+        if g:
+            return i
+    return 0
+
+
 class _Plain(nn.Module):
     def __init__(self, inner, name):
         super().__init__()
@@ -377,6 +399,45 @@ def locate_in_megatron_graphs(tb) -> Optional[dict]:
     return {"phase": phase, "pass": pass_, "layer": layer, "function": f"{co.co_name}:{lineno}"}
 
 
+# ---- construction refusals --------------------------------------------------------------------
+
+# The refusals megatron-core documents (asserts with these words) for configurations this driver
+# knowingly passes: a case they hit is skipped with Megatron's words. Anything else raised while
+# Megatron builds the model is a failed run (phase "build"): a finding, not a skip.
+KNOWN_REFUSALS = [
+    # CudaGraphManager.__init__ (megatron/core/transformer/cuda_graphs.py, 0.15.3 and 0.19): graphs
+    # need a cudagraphable RNG tracker; recap's generator "host" is use_cudagraphable_rng=False,
+    # and on 0.15.3 a full-iteration config ("local" + scope full_iteration) makes a manager too
+    ("RNG tracker does not support cudagraphs!", "generator host with CUDA graphs"),
+    # CudaGraphManager.__init__, 0.15.3: the environment's allocator configuration
+    ("expandable_segments:True may not be safe when using CUDA Graphs", "PYTORCH_CUDA_ALLOC_CONF"),
+]
+
+
+class BuildFailure(Exception):
+    """Megatron raised while building the model or its DDP wrapper, not a documented refusal."""
+
+    def __init__(self, cause: BaseException, layer: str):
+        super().__init__(str(cause))
+        self.cause = cause
+        self.layer = layer
+
+
+def known_refusal(e: BaseException) -> bool:
+    return isinstance(e, (AssertionError, ValueError)) and any(p in str(e) for p, _ in KNOWN_REFUSALS)
+
+
+def _building_layer(tb) -> str:
+    """The layer MegatronModel.__init__ was building when a traceback passed through it."""
+    name = ""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "__init__" and isinstance(tb.tb_frame.f_locals.get("self"), MegatronModel):
+            v = tb.tb_frame.f_locals.get("name")
+            name = v if isinstance(v, str) else name
+        tb = tb.tb_next
+    return name
+
+
 # ---- one execution ---------------------------------------------------------------------------
 
 
@@ -396,7 +457,14 @@ class MegatronRunner(Runner):
         ddp_stream = shared() if (shared is not None and c.executor == "full-iteration") else torch.cuda.Stream()
         ddp_stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(ddp_stream):
-            self.ddp = self.api.DDP(config=configs[0], ddp_config=self.api.DDPConfig(), module=self.model)
+            # the model's config (model_config_index): the schedule reads DDP's .config
+            try:
+                self.ddp = self.api.DDP(config=self.model.config, ddp_config=self.api.DDPConfig(), module=self.model)
+            except Exception as e:
+                if known_refusal(e):
+                    raise torch_sut.SkipCase(f"megatron-core {sut.version} refuses the model at construction: "
+                                             f"{torch_sut._one_line(str(e) or type(e).__name__)}") from None
+                raise BuildFailure(e, "") from e
         torch.cuda.current_stream().wait_stream(ddp_stream)
         for p in self.params:
             p.grad = None
@@ -415,13 +483,37 @@ class MegatronRunner(Runner):
             c.seed_rng, use_cudagraphable_rng=(c.generator == "graph-safe"), force_reset_rng=True)
         try:
             model = MegatronModel(self.api, c, self.dev, self.configs, self.graphed_layers)
-        except (AssertionError, ValueError) as e:
-            # Megatron's own checks at construction (CudaGraphManager asserts a cudagraphable RNG
-            # tracker and no expandable segments)
-            raise torch_sut.SkipCase(f"megatron-core {self.sut.version} refuses the model at construction: "
-                                     f"{torch_sut._one_line(str(e) or type(e).__name__)}") from None
+        except Exception as e:
+            if known_refusal(e):  # documented: skipped with Megatron's words
+                raise torch_sut.SkipCase(f"megatron-core {self.sut.version} refuses the model at construction: "
+                                         f"{torch_sut._one_line(str(e) or type(e).__name__)}") from None
+            raise BuildFailure(e, _building_layer(e.__traceback__)) from e
         model.check_names(c)  # outside the try: a mismatch is this driver's bug, not a refusal
         return model
+
+    def graph_resolvers(self) -> list:
+        """Megatron's graphs: a layer's (CudaGraphManager's _CudaGraphRunner.create_fwd_graph /
+        create_bwd_graph; the runner's base_module is one of the model's graphable modules) or the
+        whole step's (FullCudaGraphWrapper.__call__)."""
+        names = {id(m): (getattr(m, "recap_layer", None) or getattr(m, "recap_path", "")) for m in self.model.graphable}
+
+        def label(graph) -> str:
+            f = sys._getframe(1)
+            while f is not None:
+                co = f.f_code
+                fn = co.co_filename.replace("\\", "/")
+                if co.co_name in ("create_fwd_graph", "create_bwd_graph") and \
+                        fn.endswith("megatron/core/transformer/cuda_graphs.py"):
+                    base = getattr(f.f_locals.get("self"), "base_module", None)
+                    name = names.get(id(base)) or getattr(base, "recap_layer", None) or getattr(base, "recap_path", "")
+                    return (name or "").split(".")[0] or "?"
+                if co.co_name == "__call__" and fn.endswith("megatron/core/full_cuda_graph.py") and \
+                        type(f.f_locals.get("self")).__name__ == "FullCudaGraphWrapper":
+                    return "iteration"
+                f = f.f_back
+            return ""
+
+        return [label]
 
     # -- a step through forward_backward_func --
 
@@ -703,6 +795,21 @@ class _CaptureSpans:
 _capture_spans = _CaptureSpans()
 
 
+def build_failure_record(c: case_mod.Case, e: BuildFailure) -> RunRecord:
+    """A failed run whose failure is Megatron's exception while building the model (phase
+    "build": no step ran; error the exception's type, message its words)."""
+    infos = case_mod.param_infos(c)
+    rec = RunRecord([p.name for p in infos], [tuple(p.shape) for p in infos])
+    cause = torch_sut._root_exception(e.cause)
+    rec.failure = {"phase": "build", "pass": "", "layer": e.layer, "microbatch": -1, "step": -1, "api": "",
+                   "error": type(cause).__name__,
+                   "message": torch_sut._one_line(str(cause) or type(cause).__name__)}
+    import traceback
+
+    traceback.print_exception(type(e.cause), e.cause, e.cause.__traceback__, file=sys.stderr)
+    return rec
+
+
 # ---- the SUT ---------------------------------------------------------------------------------
 
 
@@ -853,7 +960,10 @@ class MegatronSUT(TorchSUT):
             raise RuntimeError(reason)
         runner = None
         try:
-            runner = MegatronRunner(self, c, data, configs, graphed)
+            try:
+                runner = MegatronRunner(self, c, data, configs, graphed)
+            except BuildFailure as e:
+                return build_failure_record(c, e)
             return runner.run()
         finally:
             del runner

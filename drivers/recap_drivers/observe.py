@@ -3,7 +3,8 @@
 Masks. A MaskObserver is a TorchDispatchMode (below autograd, above the kernels). While a dropout
 site is open (`site(layer, op)`, opened by the layer's own Python code around its torch dropout
 call), it watches the ops that realize a dropout mask and copies the mask the computation itself
-produced into a per-(layer, op, microbatch, pass) uint8 buffer (1 kept, 0 dropped):
+produced into a uint8 buffer per draw (1 kept, 0 dropped), keyed (layer, op, microbatch, pass, index),
+index counting the draws of one (layer, op, microbatch, pass) in a step:
   aten.native_dropout -> its second output, the boolean mask native_dropout saves for backward
                          (F.dropout on CUDA);
   aten.bernoulli_/bernoulli -> the 0/1 noise before it is scaled (F.dropout on CPU, which multiplies
@@ -14,10 +15,15 @@ still passes through it; and it is an ordinary device copy into a buffer allocat
 capture, so it is captured into graphs and refreshed by every replay. A draw is a recompute when it
 executes inside the autograd engine (torch._C._current_autograd_node() is not None: a reentrant
 checkpoint's CheckpointFunction.backward or a non-reentrant checkpoint's unpack hook), a forward
-draw otherwise. Nothing else is changed: no hook is registered on modules or tensors, no feature is
+draw otherwise. A forward draw is `checkpointed` when the Python stack at the draw holds a checkpoint
+that owes its recompute (checkpointed_here); a recompute draw always is. Nothing else is changed: no hook is registered on modules or tensors, no feature is
 disabled. One exception, for runs already broken: while the mode sees every op (megatron), a step's
 backward that runs far more ops than its forward is ended with RunawayBackward (M7, a backward that
 would otherwise only end when device memory runs out).
+
+Graphs. A GraphObserver (graph_observer, below) counts CUDA graph captures and replays by label:
+torch.cuda.CUDAGraph.capture_end and .replay are wrapped, once per process, by functions that call
+the originals unchanged and then count.
 
 Digest: the mask packed as recap packs it (harness/runtime/dropout.h: bit i % 32 of uint32 word
 i / 32 set iff element i is kept, bits past n zero), the words as little-endian bytes, FNV-1a 64
@@ -27,6 +33,7 @@ over those ceil(n / 32) * 4 bytes, written as 16 lower-case hex digits.
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -147,6 +154,47 @@ def _in_backward() -> bool:
 # ---- the mask observer -----------------------------------------------------------------------
 
 MaskKey = Tuple[str, str, int, str]  # (layer, op, microbatch, pass)
+DrawKey = Tuple[str, str, int, str, int]  # (layer, op, microbatch, pass, index)
+
+
+def _is_checkpoint_frame(code, f_locals_of) -> bool:
+    """Whether a Python frame runs a checkpointed region that owes a recompute of what it draws:
+    torch.utils.checkpoint's reentrant CheckpointFunction.forward; torch's non-reentrant
+    checkpoint, whose function runs in `checkpoint()` itself between the two next(gen) of
+    _checkpoint_without_reentrant_generator (torch 2.11, torch/utils/checkpoint.py: the generator
+    is suspended, so `checkpoint` with use_reentrant False is the frame on the stack); megatron-core's
+    tensor_parallel.random CheckpointFunction.forward. Matched by code name and file, not version.
+    Megatron's PR #3919 skip (checkpoint() calling the function during graph warmup/capture) has no
+    CheckpointFunction.forward frame: not checkpointed."""
+    name = code.co_name
+    if name not in ("forward", "checkpoint"):
+        return False
+    fn = code.co_filename.replace("\\", "/")
+    qual = getattr(code, "co_qualname", "")
+    if fn.endswith("torch/utils/checkpoint.py"):
+        if name == "forward":
+            return qual == "CheckpointFunction.forward" if qual else "run_function" in f_locals_of()
+        return f_locals_of().get("use_reentrant") is False
+    if name == "forward" and fn.endswith("megatron/core/tensor_parallel/random.py"):
+        return qual == "CheckpointFunction.forward" if qual else "run_function" in f_locals_of()
+    return False
+
+
+def checkpointed_here(depth: int = 1) -> bool:
+    """Whether a forward draw made now is inside a checkpoint that owes its recompute (read from
+    the Python call stack; called only at dropout draws). A non-reentrant region run with grad
+    disabled recomputes nothing (its generator returns before installing its hooks)."""
+    f = sys._getframe(depth)
+    while f is not None:
+        frame = f
+        if _is_checkpoint_frame(frame.f_code, lambda: frame.f_locals):
+            if frame.f_code.co_name == "checkpoint":
+                import torch
+
+                return torch.is_grad_enabled()
+            return True
+        f = f.f_back
+    return False
 
 
 def _make_observer_class():
@@ -193,9 +241,11 @@ def _make_observer_class():
             self._global = 0  # pushed for the whole run (megatron, captures)
             self._scoped = 0  # pushed by an open site
             self.started = False
-            self.buffers: Dict[MaskKey, torch.Tensor] = {}
-            self.step_keys: Dict[MaskKey, int] = {}  # key -> draws this step (ordered)
-            self.graph_keys: Dict[MaskKey, int] = {}
+            self.buffers: Dict[DrawKey, torch.Tensor] = {}
+            # key -> the checkpointed flag of each draw, by index: this step's draws; the draws
+            # captured into graphs (reported in every replay step, flags as at capture)
+            self.step_keys: Dict[MaskKey, List[bool]] = {}
+            self.graph_keys: Dict[MaskKey, List[bool]] = {}
             self.late_allocations = 0  # buffers allocated lazily (not planned)
             # ops of this step outside and inside the autograd engine, counted while the mode is
             # pushed for the whole run (the runaway check needs every op)
@@ -255,9 +305,20 @@ def _make_observer_class():
                 _active = None
 
         def plan(self, keys_numel: List[Tuple[MaskKey, int]]):
+            """Buffers of the first draw (index 0) of each key, before any capture; a key's later
+            draws get theirs when they happen (late_allocations)."""
             for key, n in keys_numel:
-                if key not in self.buffers:
-                    self.buffers[key] = torch.zeros(n, dtype=torch.uint8, device=self.device)
+                k5 = tuple(key) + (0,)
+                if k5 not in self.buffers:
+                    self.buffers[k5] = torch.zeros(n, dtype=torch.uint8, device=self.device)
+
+        def _buffer(self, k5, numel: int, device):
+            buf = self.buffers.get(k5)
+            if buf is None or buf.numel() != numel:
+                buf = torch.zeros(numel, dtype=torch.uint8, device=device)
+                self.buffers[k5] = buf
+                self.late_allocations += 1
+            return buf
 
         def begin_step(self):
             self.step_keys = {}
@@ -277,7 +338,8 @@ def _make_observer_class():
 
         def _record(self, mask, where):
             layer, op = where
-            pass_ = "forward" if current_autograd_node() is None else "recompute"
+            forward = current_autograd_node() is None
+            pass_ = "forward" if forward else "recompute"
             key = (layer, op, self.microbatch, pass_)
             if self.mode == "build":
                 if not (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
@@ -285,13 +347,12 @@ def _make_observer_class():
                 table = self.graph_keys
             else:
                 table = self.step_keys
-            buf = self.buffers.get(key)
-            if buf is None or buf.numel() != mask.numel():
-                buf = torch.zeros(mask.numel(), dtype=torch.uint8, device=mask.device)
-                self.buffers[key] = buf
-                self.late_allocations += 1
+            flags = table.setdefault(key, [])
+            # a buffer allocated here during a capture comes from the capture's pool; the plan
+            # covers index 0 of every site, so only a site drawing twice gets there
+            buf = self._buffer(key + (len(flags),), mask.numel(), mask.device)
             buf.copy_(mask.reshape(-1))
-            table[key] = table.get(key, 0) + 1
+            flags.append(checkpointed_here(3) if forward else True)
 
         def allocated(self) -> int:
             """torch.cuda.memory_allocated() less what ops kept beyond their outputs (0 on CPU):
@@ -325,31 +386,31 @@ def _make_observer_class():
             """Copies what the graph keys' buffers hold now (the masks the graphs' last replays
             wrote) to the step's keys of `microbatch`: for graphs that serve every microbatch (one
             per layer, Megatron's CudaGraphManager with one pipeline stage)."""
-            for (layer, op, _, pass_), n in self.graph_keys.items():
-                src = self.buffers[(layer, op, _, pass_)]
+            for (layer, op, mb, pass_), gflags in self.graph_keys.items():
                 key = (layer, op, microbatch, pass_)
-                dst = self.buffers.get(key)
-                if dst is None or dst.numel() != src.numel():
-                    dst = torch.zeros_like(src)
-                    self.buffers[key] = dst
-                    self.late_allocations += 1
-                dst.copy_(src)
-                self.step_keys[key] = self.step_keys.get(key, 0) + n
+                flags = self.step_keys.setdefault(key, [])
+                for i, ck in enumerate(gflags):
+                    src = self.buffers[(layer, op, mb, pass_, i)]
+                    self._buffer(key + (len(flags),), src.numel(), src.device).copy_(src)
+                    flags.append(ck)
 
         def collect(self, include_graph_keys: bool) -> List[dict]:
             """The masks of the step (call after synchronizing)."""
-            keys = dict(self.step_keys)
+            keys = {k: list(v) for k, v in self.step_keys.items()}
             if include_graph_keys:
+                # a key is drawn either live or in graphs (a graphed layer runs no Python in
+                # replays): the two never share a key, so its indices are its buffers'
                 for k, v in self.graph_keys.items():
-                    keys[k] = keys.get(k, 0) + v
+                    keys.setdefault(k, list(v))
             out = []
             for key in sorted(keys, key=lambda k: (k[2], 0 if k[3] == "forward" else 1, k[0], k[1])):
-                buf = self.buffers[key].to("cpu")
-                kept = _tensor_bytes(buf)
-                digest = "%016x" % fnv1a64(_pack_bits_torch(buf))
-                out.append({"layer": key[0], "op": key[1], "microbatch": key[2], "pass": key[3],
-                            "numel": int(buf.numel()), "digest": digest, "draws": keys[key],
-                            "_bytes": kept})
+                for i, ck in enumerate(keys[key]):
+                    buf = self.buffers[key + (i,)].to("cpu")
+                    kept = _tensor_bytes(buf)
+                    digest = "%016x" % fnv1a64(_pack_bits_torch(buf))
+                    out.append({"layer": key[0], "op": key[1], "microbatch": key[2], "pass": key[3],
+                                "index": i, "checkpointed": bool(ck), "numel": int(buf.numel()),
+                                "digest": digest, "draws": 1, "_bytes": kept})
             return out
 
     return MaskObserver
@@ -432,6 +493,118 @@ def _tensor_bytes(t) -> bytes:
         dst = torch.frombuffer(ba, dtype=t.dtype)
         dst.copy_(t.reshape(-1))
     return bytes(ba)
+
+
+# ---- graphs ----------------------------------------------------------------------------------
+
+
+class GraphObserver:
+    """Counts the CUDA graphs a run captures and replays, by label. torch.cuda.CUDAGraph's
+    capture_end and replay are replaced, at class level and once per process, by wrappers that
+    call the originals unchanged and then count (a capture_end that raises is no capture).
+    Labels: the first of `resolvers` (functions of the graph, reading the Python stack) that names
+    one, else `label` (the driver sets "iteration" around a whole-step capture), else "?". A
+    replay counts under its graph's label only when that graph was captured in this run (graphs
+    of other cases are unknown: begin_run forgets every label)."""
+
+    _MARK = "_recap_graph_observer"
+
+    def __init__(self):
+        self.active = False
+        self.label = ""
+        self.resolvers: List = []
+        self.captures: Dict[str, int] = {}
+        self.replays: Dict[str, int] = {}  # since the last take_replays()
+        self._labels: Dict[int, str] = {}  # id(graph) -> label, graphs captured in this run
+
+    def install(self, cls=None):
+        if cls is None:
+            import torch
+
+            cls = torch.cuda.CUDAGraph
+        if cls.__dict__.get(self._MARK) is not None:
+            return
+        end, replay = cls.capture_end, cls.replay
+        obs = self
+
+        def capture_end(graph, *args, **kwargs):
+            r = end(graph, *args, **kwargs)
+            obs._captured(graph)
+            return r
+
+        def replay_(graph, *args, **kwargs):
+            r = replay(graph, *args, **kwargs)
+            obs._replayed(graph)
+            return r
+
+        capture_end.__wrapped__, replay_.__wrapped__ = end, replay
+        cls.capture_end, cls.replay = capture_end, replay_
+        setattr(cls, self._MARK, self)
+
+    def begin_run(self):
+        self.active = True
+        self.label = ""
+        self.captures, self.replays, self._labels = {}, {}, {}
+
+    def end_run(self):
+        self.active = False
+        self.label = ""
+        self._labels = {}
+
+    def take_replays(self) -> Dict[str, int]:
+        out, self.replays = self.replays, {}
+        return out
+
+    def _captured(self, graph):
+        if not self.active:
+            return
+        label = None
+        for r in self.resolvers:
+            try:
+                label = r(graph)
+            except Exception:
+                label = None
+            if label:
+                break
+        label = label or self.label or "?"
+        self.captures[label] = self.captures.get(label, 0) + 1
+        self._labels[id(graph)] = label
+
+    def _replayed(self, graph):
+        label = self._labels.get(id(graph)) if self.active else None
+        if label is not None:
+            self.replays[label] = self.replays.get(label, 0) + 1
+
+
+def mgc_label(graph) -> str:
+    """The recap layer of a graph that torch.cuda.make_graphed_callables captures, "" when it is
+    not one: read from its frame (torch 2.11, torch/cuda/graphs.py): forward graphs are captured
+    in callable order (loop variables func, fwd_graph), backward graphs in reverse order (loop
+    variable bwd_graph, an element of bwd_graphs, paired with callables[i] by its index i). The
+    callables are the driver's, which carry recap_path."""
+    f = sys._getframe(1)
+    while f is not None:
+        co = f.f_code
+        if co.co_name == "make_graphed_callables" and co.co_filename.replace("\\", "/").endswith("torch/cuda/graphs.py"):
+            return mgc_label_in(graph, f.f_locals)
+        f = f.f_back
+    return ""
+
+
+def mgc_label_in(graph, loc) -> str:
+    fn = None
+    if graph is loc.get("bwd_graph"):
+        i = next((i for i, g in enumerate(loc.get("bwd_graphs") or ()) if g is graph), -1)
+        cs = loc.get("callables") or ()
+        fn = cs[i] if 0 <= i < len(cs) else None
+    elif graph is loc.get("fwd_graph"):
+        fn = loc.get("func")
+    path = getattr(fn, "recap_path", "")
+    return path.split(".")[0] if isinstance(path, str) else ""
+
+
+# One per process: the wrappers it installs are class-level.
+graph_observer = GraphObserver()
 
 
 # ---- memory ----------------------------------------------------------------------------------

@@ -151,15 +151,41 @@ def allocation_sites(title: str):
     sys.stderr.flush()
 
 
-# Test fault (off unless RECAP_DRIVER_FAULT=wrong-mask-frame): the first forward mask frame of step 0
-# reports one element flipped, while the run used the true mask. recap's fp64 oracles must see it
-# (tests/cli: sut_torch_eager); nothing else reads the frames.
-_WRONG_MASK_FRAME = os.environ.get("RECAP_DRIVER_FAULT", "") == "wrong-mask-frame"
+# Planted driver faults, for testing recap's oracles (PROTOCOL.md, "Planted driver faults"). Off
+# unless RECAP_DRIVER_FAULT names one; read once, here, so that off costs one comparison per reply.
+#   wrong-mask-frame     the first forward mask frame of step 0 reports one element flipped, while
+#                        the run used the true mask (recap's fp64 oracles must see it; tests/cli:
+#                        sut_torch_eager); nothing else reads the frames.
+#   no-recompute-draws   the reply drops every recompute draw (entries and frames).
+#   drop-recompute-mask  the reply drops one recompute draw: the first recompute entry of the first
+#                        step that has one.
+#   no-graphs            on a CPU worker: per-layer and full-iteration cases run eagerly, steps
+#                        after warmup labelled "replay", no capture or replay observed (a driver
+#                        that forgot to build its graphs); the hello lists those executors.
+#   twin-fails           a case without any checkpoint fails: RuntimeError "planted fault twin-fails".
+DRIVER_FAULTS = ("wrong-mask-frame", "no-recompute-draws", "drop-recompute-mask", "no-graphs", "twin-fails")
+_FAULT = os.environ.get("RECAP_DRIVER_FAULT", "")
+_WRONG_MASK_FRAME = _FAULT == "wrong-mask-frame"
+
+
+def _observed_masks(steps: list) -> List[List[dict]]:
+    """The mask entries a reply reports per step: all of them, unless a planted fault drops some."""
+    out = [list(s.masks) for s in steps]
+    if _FAULT == "no-recompute-draws":
+        out = [[m for m in ms if m["pass"] != "recompute"] for ms in out]
+    elif _FAULT == "drop-recompute-mask":
+        for ms in out:
+            i = next((i for i, m in enumerate(ms) if m["pass"] == "recompute"), -1)
+            if i >= 0:
+                del ms[i]
+                break
+    return out
 
 
 def _skipped_reply(rid, names: List[str], reason: str, run_ms: float) -> Tuple[dict, list]:
     return {"op": "observation", "id": rid, "status": "skipped", "reason": reason, "param_names": names,
-            "steps": [], "memory": RunRecord(names, []).memory, "timings": {"run_ms": run_ms}}, []
+            "steps": [], "memory": RunRecord(names, []).memory, "graphs": {"captures": {}},
+            "timings": {"run_ms": run_ms}}, []
 
 
 # ---- CUDA error names ------------------------------------------------------------------------
@@ -307,6 +333,7 @@ class StepRecord:
     grads_mb: List[List[torch.Tensor]]  # [microbatch][param], after that microbatch's backward
     grads: List[torch.Tensor]  # after the step's last backward
     params: List[torch.Tensor]  # after the update
+    replays: Dict[str, int] = field(default_factory=dict)  # graph replays observed, by label
 
 
 @dataclass
@@ -321,6 +348,7 @@ class RunRecord:
     run_ms: float = 0.0
     fatal: bool = False
     notes: List[str] = field(default_factory=list)
+    captures: Dict[str, int] = field(default_factory=dict)  # graph captures observed, by label
 
 
 def _f32_bits(x: float) -> bytes:
@@ -347,12 +375,12 @@ def first_difference(a: RunRecord, b: RunRecord) -> str:
         for m, (la, lb) in enumerate(zip(sa.losses, sb.losses)):
             if _f32_bits(la) != _f32_bits(lb):
                 return f"loss {s} {m}"
-        ma = {(x["layer"], x["op"], x["microbatch"], x["pass"]): x["digest"] for x in sa.masks}
-        mb = {(x["layer"], x["op"], x["microbatch"], x["pass"]): x["digest"] for x in sb.masks}
+        ma = {(x["layer"], x["op"], x["microbatch"], x["pass"], x["index"]): x["digest"] for x in sa.masks}
+        mb = {(x["layer"], x["op"], x["microbatch"], x["pass"], x["index"]): x["digest"] for x in sb.masks}
         if ma != mb:
             for k in sorted(set(ma) | set(mb)):
                 if ma.get(k) != mb.get(k):
-                    return f"mask {s} {k[2]} {k[3]} {k[0]} {k[1]}"
+                    return f"mask {s} {k[2]} {k[3]} {k[0]} {k[1]} {k[4]}"
         for m, (ga, gb) in enumerate(zip(sa.grads_mb, sb.grads_mb)):
             for i, (x, y) in enumerate(zip(ga, gb)):
                 if not torch.equal(x.view(torch.int32), y.view(torch.int32)):
@@ -400,6 +428,8 @@ class Runner:
                 for ps in ("forward", "recompute"):
                     plan.append(((s.layer, s.op, m, ps), s.numel))
         self.obs.plan(plan)
+        self.graphs = observe.graph_observer
+        self.graphs.resolvers = self.graph_resolvers()
         self.record = RunRecord(self.model.param_names, [tuple(p.shape) for p in self.params])
         self.pos = observe.position
         self.pos.set(phase="", pass_="", layer="", microbatch=-1, step=-1)
@@ -415,6 +445,10 @@ class Runner:
 
     def make_model(self):
         return layers_mod.Model(self.case, self.dev)
+
+    def graph_resolvers(self) -> list:
+        """Functions that name the layer of a graph being captured (GraphObserver)."""
+        return [observe.mgc_label]
 
     # -- pieces --
 
@@ -492,7 +526,8 @@ class Runner:
         params = [(layout(i, p.detach()) if layout else p.detach()).float().cpu().clone()
                   for i, p in enumerate(self.params)]
         masks = self.obs.collect(graph_keys)
-        return StepRecord(step, phase, vals, masks, (time.perf_counter() - t0) * 1e3, grads_mb, grads, params)
+        return StepRecord(step, phase, vals, masks, (time.perf_counter() - t0) * 1e3, grads_mb, grads, params,
+                          self.graphs.take_replays())
 
     def eager_step(self, step: int, phase: str, on_side: bool = False) -> StepRecord:
         t0 = time.perf_counter()
@@ -565,26 +600,39 @@ class Runner:
 
     def run(self) -> RunRecord:
         t0 = time.perf_counter()
+        if self.cuda:
+            self.graphs.install()
+        self.graphs.begin_run()
         self.obs.start()
         try:
             ex = self.case.executor
-            if ex == "eager":
+            if _FAULT == "twin-fails" and not self.case.any_checkpoint():
+                self.record.failure = {"phase": "eager" if ex == "eager" else "warmup", "pass": "", "layer": "",
+                                       "microbatch": -1, "step": 0, "api": "", "error": "RuntimeError",
+                                       "message": "planted fault twin-fails"}
+            elif ex == "eager":
                 self._run_eager()
+            elif not self.cuda and _FAULT == "no-graphs":
+                self._run_eager(graphs_forgotten=True)
             elif ex == "per-layer":
                 self._run_per_layer()
             else:
                 self._run_full_iteration()
         finally:
             self.obs.stop()
+            self.record.captures = dict(self.graphs.captures)
+            self.graphs.end_run()
             self.pos.set(phase="", pass_="", layer="", microbatch=-1, step=-1)
         self.record.memory["activations_eager_bytes"] = int(self.mem_eager)
         self.record.run_ms = (time.perf_counter() - t0) * 1e3
         return self.record
 
-    def _run_eager(self):
+    def _run_eager(self, graphs_forgotten: bool = False):
         for s in range(self.case.steps):
+            # the planted fault no-graphs: a graphed case's steps labelled as if graphs ran
+            phase = ("warmup" if s < self.case.warmup else "replay") if graphs_forgotten else "eager"
             try:
-                self.record.steps.append(self.eager_step(s, "eager"))
+                self.record.steps.append(self.eager_step(s, phase))
             except Exception as e:
                 self.record.failure = self.failure(e, "eager")
                 self._recover()
@@ -707,6 +755,7 @@ class Runner:
             return
         self._begin_build()
         g = torch.cuda.CUDAGraph()
+        self.graphs.label = "iteration"
         try:
             with torch.cuda.graph(g):
                 self.static_losses = self.body(self.call_eager)
@@ -715,6 +764,8 @@ class Runner:
             self.obs.mode = "live"
             self._recover()
             return
+        finally:
+            self.graphs.label = ""
         self.graph = g
         self._end_build(self.body_activations)
         self._replays()
@@ -860,7 +911,8 @@ class TorchSUT:
         return {
             "kinds": list(ALL_KINDS),
             "dtype": ["fp32", "bf16"],
-            "executor": ["eager"] + (["per-layer", "full-iteration"] if self.graphs else []),
+            # (the planted fault no-graphs claims graphed executors on a CPU worker)
+            "executor": ["eager"] + (["per-layer", "full-iteration"] if self.graphs or _FAULT == "no-graphs" else []),
             "checkpoint": ["none", "full", "selective"],
             "checkpoint_style": ["reentrant", "non-reentrant"],
             "policy": ["naive"],
@@ -993,11 +1045,12 @@ class TorchSUT:
 
         out: List[Frame] = []
         steps = []
-        for s in rec.steps:
+        for s, observed in zip(rec.steps, _observed_masks(rec.steps)):
             masks = []
-            for mk in s.masks:
+            for mk in observed:
                 masks.append({k: v for k, v in mk.items() if not k.startswith("_")})
-            steps.append({"step": s.step, "phase": s.phase, "losses": s.losses, "masks": masks, "ms": s.ms})
+            steps.append({"step": s.step, "phase": s.phase, "losses": s.losses, "masks": masks,
+                          "replays": dict(s.replays), "ms": s.ms})
             for m, row in enumerate(s.grads_mb):
                 for i, g in enumerate(row):
                     out.append(Frame(f"grad {s.step} {m} {i}", "f32", tuple(g.shape), _tensor_bytes(g)))
@@ -1006,8 +1059,8 @@ class TorchSUT:
             for i, p in enumerate(s.params):
                 out.append(Frame(f"param {s.step} {i}", "f32", tuple(p.shape), _tensor_bytes(p)))
             if mask_frames:
-                for mk in s.masks:
-                    name = f"mask {s.step} {mk['microbatch']} {mk['pass']} {mk['layer']} {mk['op']}"
+                for mk in observed:
+                    name = f"mask {s.step} {mk['microbatch']} {mk['pass']} {mk['layer']} {mk['op']} {mk['index']}"
                     data = mk["_bytes"]
                     if _WRONG_MASK_FRAME and s.step == 0 and mk["pass"] == "forward" and not any(
                             f.name.startswith("mask 0 ") for f in out):
@@ -1016,7 +1069,7 @@ class TorchSUT:
         h = {"op": "observation", "id": rid, "status": status,
              "reason": "" if status == "ok" else (rec.failure or {}).get("message", ""),
              "param_names": rec.param_names, "steps": steps, "memory": rec.memory,
-             "timings": {"run_ms": (time.perf_counter() - t0) * 1e3}}
+             "graphs": {"captures": dict(rec.captures)}, "timings": {"run_ms": (time.perf_counter() - t0) * 1e3}}
         if rec.failure is not None:
             f = rec.failure
             h["reason"] = _one_line(

@@ -157,6 +157,9 @@ class TorchDriverTest(unittest.TestCase):
                     ref_fwd = {(m["layer"], m["op"], m["microbatch"]): m["digest"] for m in rs["masks"]}
                     self.assertEqual(fwd, ref_fwd)  # the same draws as without checkpoint
                     self.assertTrue(rec, "no recompute draw observed")
+                    for m in s["masks"]:  # one draw per site and microbatch: index 0
+                        self.assertEqual((m["index"], m["draws"]), (0, 1))
+                        self.assertEqual(m["checkpointed"], m["pass"] == "recompute" or (m["layer"], m["op"], m["microbatch"]) in rec)
                     for k, d in rec.items():
                         self.assertEqual(d, fwd[k], f"{what}: recomputed mask {k} differs from its forward mask")
                     if what.startswith("full"):  # every draw of block0 is recomputed
@@ -183,7 +186,7 @@ class TorchDriverTest(unittest.TestCase):
             targets = [tensor_of(by_name[f"target {step} {m}"]) for m in range(M)]
 
             def masks(layer, op, mb, step=step):
-                fr = f[f"mask {step} {mb} forward {layer} {op}"]
+                fr = f[f"mask {step} {mb} forward {layer} {op} 0"]
                 return torch.tensor(list(fr.data), dtype=torch.uint8)
 
             ref = Ref(case, params)
@@ -276,6 +279,30 @@ class TorchDriverTest(unittest.TestCase):
                     self.assertTrue(h["reason"])
                 seen[os.path.basename(path)] = (h["status"], h["reason"][:100])
         sys.stderr.write("\n" + "\n".join(f"  {k}: {v[0]} {v[1]}" for k, v in seen.items()) + "\n")
+
+    def test_every_draw_is_an_entry_with_its_checkpoint_flag(self):
+        """A dropout inside a checkpoint: one forward entry (checkpointed) and one recompute entry,
+        index 0 each; a dropout outside any checkpoint: a forward entry, not checkpointed."""
+        for style in ("reentrant", "non-reentrant"):
+            case = dict(BASE, checkpoint_style=style, microbatches=1, microbatch_order=[1, -1], layers=[
+                {"kind": "dropout", "dropout": 0.3, "checkpoint": "full"},
+                {"kind": "linear"},
+                {"kind": "dropout", "dropout": 0.3},
+            ])
+            with self.subTest(style):
+                h, f = self.run_case(case, mask_frames=True)
+                self.assert_ok(h)
+                self.assertEqual(h["graphs"], {"captures": {}})
+                for s in h["steps"]:
+                    self.assertEqual(s["replays"], {})
+                    got = [(m["layer"], m["pass"], m["index"], m["checkpointed"]) for m in s["masks"]]
+                    self.assertEqual(got, [("dropout0", "forward", 0, True), ("dropout2", "forward", 0, False),
+                                           ("dropout0", "recompute", 0, True)])
+                    by = {(m["layer"], m["pass"]): m["digest"] for m in s["masks"]}
+                    self.assertEqual(by[("dropout0", "recompute")], by[("dropout0", "forward")])
+                    for m in s["masks"]:
+                        fr = f[f"mask {s['step']} 0 {m['pass']} {m['layer']} dropout {m['index']}"]
+                        self.assertEqual(fr.shape, (m["numel"],))
 
     def test_memory_and_timings_present(self):
         h, _ = self.run_case(BASE)
