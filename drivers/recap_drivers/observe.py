@@ -184,7 +184,10 @@ def checkpointed_here(depth: int = 1) -> bool:
     """Whether a forward draw made now is inside a checkpoint that owes its recompute (read from
     the Python call stack; called only at dropout draws). A non-reentrant region run with grad
     disabled recomputes nothing (its generator returns before installing its hooks)."""
-    f = sys._getframe(depth)
+    try:
+        f = sys._getframe(depth)
+    except ValueError:  # a shallower stack than asked: no Python frame above the draw
+        return False
     while f is not None:
         frame = f
         if _is_checkpoint_frame(frame.f_code, lambda: frame.f_locals):

@@ -19,7 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from client import Worker, random_frames  # noqa: E402
-from test_torch_gpu import first_diff, mask_table, survey_entry  # noqa: E402
+from test_torch_gpu import check_graphs_observed, first_diff, mask_table, survey_entry  # noqa: E402
 
 try:
     import torch
@@ -124,6 +124,35 @@ class MegatronGpuTest(unittest.TestCase):
                 self.assertEqual(h["status"], "ok", h["reason"])
                 self.assertEqual(first_diff(f, ef), "", what)
                 self.assertEqual(mask_table(h), mask_table(eh), what)
+                # every graphed layer (block0, mlp1, linear2) or the whole step captured, and
+                # replayed in every replay step (CudaGraphManager: counts per runner, not fixed here)
+                check_graphs_observed(self, h, case)
+        self.assertEqual(eh["graphs"], {"captures": {}})
+
+    def test_a2_per_layer_graphs_whatever_layer_0_is(self):
+        """Issue 18: the model's config was layer 0's, so a per-layer case whose layer 0 is not
+        graphed built no graphs at all (forward_backward_func calls create_cudagraphs() only when the
+        model config says cuda_graph_impl "local"). An ungraphed linear, then a graphed linear with a
+        full checkpoint: on 0.15.3 (naive) the graphed checkpoint fails as M2 (capture_clean,
+        torch refuses .grad() in CheckpointFunction.backward); on 0.19 (skip) its graphs are built
+        and replayed, layer 0's are not."""
+        case = dict(STACK, executor="per-layer", layers=[
+            {"kind": "linear", "graphed": False},
+            {"kind": "linear", "checkpoint": "full"},
+        ])
+        h, _ = self.survey("per-layer: ungraphed linear, graphed linear full checkpoint", case,
+                           random_frames(case, seed=6))
+        if self.policy == "naive":
+            self.assertEqual(h["status"], "failed", h["reason"])
+            self.assertIn("Checkpointing is not compatible with .grad()", h["failure"]["message"])
+            self.assertEqual(h["failure"]["layer"], "linear1")
+            self.assertIn(h["failure"]["phase"], ("warmup", "capture"))
+            self.assertTrue(h["graphs"]["captures"].keys() <= {"linear1"}, h["graphs"])
+        else:
+            self.assertEqual(h["status"], "ok", h["reason"])
+            self.assertEqual([s["phase"] for s in h["steps"]], ["warmup"] + ["replay"] * (len(h["steps"]) - 1))
+            check_graphs_observed(self, h, case)  # linear1 captured and replayed, linear0 never
+            self.assertNotIn("linear0", h["graphs"]["captures"])
 
     def test_b_block_computes_recaps_block(self):
         case = copy.deepcopy(STACK)

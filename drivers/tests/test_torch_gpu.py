@@ -80,10 +80,39 @@ def recompute_mismatches(h):
     return bad
 
 
+def graphed_labels(case) -> set:
+    """The graph labels a graphed case must show: every graphed layer's (per-layer), "iteration"."""
+    if case["executor"] == "full-iteration":
+        return {"iteration"}
+    if case["executor"] != "per-layer":
+        return set()
+    return {f"{l['kind']}{i}" for i, l in enumerate(case["layers"]) if l.get("graphed", True)}
+
+
+def check_graphs_observed(test, h, case, per_label=None):
+    """Every graphed layer (or the whole step) was captured and every replay step replayed it, from
+    the observation's own fields (not from the phase labels); per_label: the exact count of
+    captures and of replays per replay step of each label, when the executor fixes it."""
+    want = graphed_labels(case)
+    caps = h["graphs"]["captures"]
+    test.assertEqual(set(caps), want, f"captures {caps}")
+    for s in h["steps"]:
+        if s["phase"] == "replay":
+            test.assertEqual(set(s["replays"]), want, f"step {s['step']}: replays {s['replays']}")
+        else:
+            test.assertEqual(s["replays"], {}, f"step {s['step']} ({s['phase']})")
+    if per_label is not None:
+        test.assertEqual(caps, {k: per_label for k in want})
+        for s in h["steps"]:
+            if s["phase"] == "replay":
+                test.assertEqual(s["replays"], {k: per_label for k in want}, f"step {s['step']}")
+
+
 def survey_entry(what, case, h, f, eager=None) -> dict:
     """One survey line: what the run said, and how it compares with an eager run (h, frames)."""
     entry = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
-             "failure": h.get("failure"), "memory": h["memory"],
+             "failure": h.get("failure"), "memory": h["memory"], "graphs": h.get("graphs"),
+             "replays": [s.get("replays") for s in h["steps"]],
              "recompute_mismatches": recompute_mismatches(h)[:6]}
     if eager is not None and h["status"] == "ok":
         eh, ef = eager
@@ -160,6 +189,12 @@ class GpuTest(unittest.TestCase):
                 self.assertEqual(mask_table(h), mask_table(ref_h))
                 self.assertGreater(h["memory"]["graph_pool_bytes"], 0)
                 self.assertGreater(h["memory"]["capture_peak_bytes"], 0)
+                # make_graphed_callables: a forward and a backward graph per graphed layer and
+                # microbatch, each replayed once per microbatch; full-iteration: one graph, one replay
+                M = case["microbatches"]
+                check_graphs_observed(self, h, case, 1 if case["executor"] == "full-iteration" else 2 * M)
+        self.assertEqual(eh["graphs"], {"captures": {}})
+        self.assertEqual([s["replays"] for s in eh["steps"]], [{}] * len(eh["steps"]))
 
     def test_reentrant_checkpoint_refused_in_per_layer_graphs(self):
         for warmup, phase in ((2, "warmup"), (0, "capture")):
@@ -206,8 +241,19 @@ class GpuTest(unittest.TestCase):
                 self.assertEqual(eager[0]["status"], "ok", eager[0]["reason"])
                 self.assertEqual(recompute_mismatches(eager[0]), [])
                 for ex in ("full-iteration", "per-layer"):
-                    h, _ = self.survey(f"{ex} {style} {how}", dict(base, executor=ex), frames, eager)
+                    case = dict(base, executor=ex)
+                    h, _ = self.survey(f"{ex} {style} {how}", case, frames, eager)
                     self.assertIn(h["status"], ("ok", "failed"), h["reason"])
+                    if h["status"] == "ok":
+                        check_graphs_observed(self, h, case)
+                    # every forward draw inside a checkpoint is flagged, and a recompute is flagged
+                    for s in h["steps"]:
+                        for m in s["masks"]:
+                            if m["pass"] == "recompute":
+                                self.assertTrue(m["checkpointed"])
+                    if ex == "full-iteration" and how == "full" and h["status"] == "ok":  # captured inside them
+                        fwd = [m for s in h["steps"] for m in s["masks"] if m["pass"] == "forward"]
+                        self.assertTrue(fwd and all(m["checkpointed"] for m in fwd if m["layer"].startswith("block")))
 
     def test_survey_memory(self):
         frames = random_frames(STACK, seed=6)
