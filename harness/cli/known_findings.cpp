@@ -64,12 +64,6 @@ const FeatureDef* find_feature(const std::string& key) {
   return nullptr;
 }
 
-std::string feature_list() {
-  std::string s;
-  for (const auto& d : feature_defs()) s += (s.empty() ? "" : ", ") + std::string(d.key);
-  return s;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -95,7 +89,9 @@ std::vector<KnownCondition> read_clause(const Json& j, const std::string& at) {
     const Json& v = it.value();
     if (!key.empty() && key[0] == '_') continue;
     const FeatureDef* d = find_feature(key);
-    if (!d) throw std::runtime_error(at + ": unknown feature '" + one_line(key, 60) + "' (one of: " + feature_list() + ")");
+    if (!d) throw std::runtime_error(at + ": unknown feature '" + one_line(key, 60) +
+                               "' (reports/schema/recap.known-findings.schema.json lists the " +
+                               std::to_string(feature_defs().size()) + ")");
     KnownCondition c{key, {}};
     if (d->kind == ValueKind::Bool) {
       if (!v.is_boolean()) throw std::runtime_error(at + "." + key + ": expected true or false");
@@ -162,7 +158,7 @@ KnownFindings read_known_findings(const std::string& path) {
     throw UsageError("--known-findings: " + err);
   const std::string name = one_line(path, 120);
   const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] != '{')
+  if (first != std::string::npos && text[first] != '{' && text[first] != '[')
     throw UsageError("--known-findings " + name + ": not a " + kSchema +
                      " JSON file (the one-bucket-per-line format is gone: each finding needs its configuration; "
                      "reports/schema/recap.known-findings.schema.json)");

@@ -200,7 +200,7 @@ known_findings_by_configuration)
   # per-layer only, the full-iteration cases are new (exit 1, the counterexample written); accepted
   # only for the shrunk counterexample's configuration, the case the shrink started from is new.
   py=$(command -v /usr/bin/python3 || command -v python3)
-  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 5 --corpus-dir base --report base.json > /dev/null
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --corpus-dir base --report base.json > /dev/null
   "$py" - base.json <<'PY' || fail "known-findings files"
 import json, sys
 rep = json.load(open(sys.argv[1]))
@@ -223,28 +223,34 @@ def write(name, when):
 write("both.json", {"executor": ["per-layer", "full-iteration"]})
 write("per-layer.json", {"executor": ["per-layer"], "_why": "a comment key"})
 json.dump({"per-layer": ex.count("per-layer"), "full-iteration": ex.count("full-iteration")}, open("counts.json", "w"))
-# the shrunk counterexample's configuration, which the case its shrink started from is outside
+# the shrunk counterexample's configuration, which the case its shrink started from (the first
+# failing case of the bucket in its chunk) is outside: shrinking moved a field of the case
 cx = [f for f in rep["summary"]["failures"] if f["bucket"] == B][0]
 start = [s for b, s, ch in cases if b == B and ch == cx["chunk"]][0]
-kinds = lambda s: sorted(set(l["kind"] for l in s["layers"]))
-if start["executor"] != cx["case"]["executor"]:
-    when = {"executor": [cx["case"]["executor"]]}
-else:
-    assert not set(kinds(start)) & set(kinds(cx["case"])), (kinds(start), kinds(cx["case"]))
-    when = {"kinds": kinds(cx["case"])}
-write("shrunk.json", when)
-print("bucket", B, "cases", len(ex), "others", others, "shrink", kinds(start), start["executor"], "->", kinds(cx["case"]), cx["case"]["executor"], when)
+def order(s):
+    plain = [1, -1] * s.get("microbatches", 1)
+    return "default" if (s.get("microbatch_order") or plain) == plain else "interleaved"
+def value(s, k):
+    return order(s) if k == "microbatch_order" else s[k]
+keys = ["executor", "generator", "dtype", "shared_pool", "device_state", "warmup_backward", "checkpoint_style", "microbatch_order"]
+moved = [k for k in keys if value(start, k) != value(cx["case"], k)]
+assert moved, "the shrink moved no field: choose another seed"
+k = moved[0]
+v = value(cx["case"], k)
+write("shrunk.json", {k: v if isinstance(v, bool) else [v]})
+json.dump({"key": k, "value": v}, open("shrunk-key.json", "w"))
+print("bucket", B, "cases", len(ex), "others", others, "shrink moved", k, value(start, k), "->", v)
 PY
-  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 5 --known-findings both.json --corpus-dir k1 --report k1.json > out1.txt; rc=$?
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings both.json --corpus-dir k1 --report k1.json > out1.txt; rc=$?
   [ "$rc" -eq 0 ] || { cat out1.txt; fail "every failure in its configuration: exit $rc, expected 0"; }
   grep -q "cudaErrorStreamCaptureUnsupported/  (known: CAP [0-9]*)" out1.txt || { cat out1.txt; fail "the bucket is not marked known"; }
   [ -z "$(ls k1 2>/dev/null)" ] || fail "known counterexamples were written"
-  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 5 --known-findings per-layer.json --corpus-dir k2 --report k2.json > out2.txt; rc=$?
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings per-layer.json --corpus-dir k2 --report k2.json > out2.txt; rc=$?
   [ "$rc" -eq 1 ] || { cat out2.txt; fail "full-iteration cases outside the configuration: exit $rc, expected 1"; }
   grep -q "cudaErrorStreamCaptureUnsupported/  ([0-9]* new; accepted: CAP [0-9]*)" out2.txt || { cat out2.txt; fail "the bucket is not marked new"; }
-  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 5 --known-findings shrunk.json --corpus-dir k3 --report k3.json > out3.txt; rc=$?
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings shrunk.json --corpus-dir k3 --report k3.json > out3.txt; rc=$?
   [ "$rc" -eq 1 ] || { cat out3.txt; fail "a case that shrank into the configuration: exit $rc, expected 1"; }
-  "$py" - k1.json k2.json k3.json counts.json <<'PY' || fail "the judgement in the reports"
+  "$py" - k1.json k2.json k3.json counts.json shrunk-key.json <<'PY' || fail "the judgement in the reports"
 import json, sys
 k1, k2, k3 = (json.load(open(p))["summary"] for p in sys.argv[1:4])
 n = json.load(open(sys.argv[4]))
@@ -255,11 +261,17 @@ assert all(f["known"] for f in k1["failures"]), k1["failures"]
 j = k2["known_findings"]["buckets"][B]
 assert j == {"accepted": {"CAP": n["per-layer"]}, "new": n["full-iteration"], "known": False}, (j, n)
 f = [f for f in k2["failures"] if f["bucket"] == B][0]
-assert not f["known"] and f["corpus_path"], f
+assert not f["known"] and f["corpus_file"], f
 assert all(f["known"] for f in k2["failures"] if f["bucket"] != B)  # the other buckets: every configuration
 j = k3["known_findings"]["buckets"][B]
 f = [f for f in k3["failures"] if f["bucket"] == B][0]
-assert j["new"] >= 1 and not j["known"] and not f["known"] and f["corpus_path"], (j, f)
+key = json.load(open(sys.argv[5]))
+c = f["case"]
+plain = [1, -1] * c.get("microbatches", 1)
+order = "default" if (c.get("microbatch_order") or plain) == plain else "interleaved"
+got = order if key["key"] == "microbatch_order" else c[key["key"]]
+assert got == key["value"], (key, got)  # the counterexample itself is inside the configuration
+assert j["new"] >= 1 and not j["known"] and not f["known"] and f["corpus_file"], (j, f)
 print("judged:", k2["known_findings"]["buckets"][B], k3["known_findings"]["buckets"][B])
 PY
   validate_report k2.json
