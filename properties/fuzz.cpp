@@ -118,6 +118,24 @@ std::string bucket_of(const CaseReport& r) {
   return "";
 }
 
+std::string bucket_of_json(const Json& report) {
+  if (!report.is_object() || !report.contains("checks") || !report["checks"].is_array()) return "";
+  for (const auto& c : report["checks"]) {
+    const std::string d = c.value("disposition", "");
+    if (d != disposition_name(Disposition::Failed) && d != disposition_name(Disposition::Incorrect) &&
+        d != disposition_name(Disposition::Crashed))
+      continue;
+    const Json e = c.value("capture_error", Json::object());
+    std::string kind;
+    if (c.contains("divergence")) {
+      const std::string t = c["divergence"].value("tensor", "");
+      kind = t.substr(0, t.find(' '));
+    }
+    return c.value("property", "") + "/" + d + "/" + e.value("api", "") + "/" + e.value("error", "") + "/" + kind;
+  }
+  return "";
+}
+
 namespace {
 
 std::string first_failing_property(const CaseReport& r) {

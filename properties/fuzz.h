@@ -89,6 +89,9 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
 // "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/",
 // "recompute_on_off/incorrect///grad". "" for a case that did not fail.
 std::string bucket_of(const CaseReport& r);
+// The same of a case report's JSON form (case_report_to_json): what --known-findings judges every
+// failing case of a campaign by, from the reports the campaign kept.
+std::string bucket_of_json(const Json& report);
 
 // After RapidCheck's shrink of a counterexample (*spec, *rep): deletes layers one at a time while
 // the case fails with the same signature (first failing property, disposition, CUDA error), at

@@ -37,6 +37,12 @@ Json campaign_summary_json(const CampaignResult& r) {
   s["classification"] = r.classification;
   s["findings"] = r.findings;
   s["buckets"] = r.buckets;
+  if (!r.known_findings.empty()) {
+    Json k = Json::object();
+    for (const auto& [b, j] : r.judged)
+      k[b] = {{"accepted", j.accepted}, {"new", j.new_cases}, {"known", j.new_cases == 0 && !j.accepted.empty()}};
+    s["known_findings"] = {{"file", r.known_findings}, {"buckets", k}};
+  }
   Json f = Json::array();
   for (const auto& x : r.failures) {
     Json j = failure_to_json(x);
@@ -77,9 +83,14 @@ void ConsoleReporter::report(const Outcome& o) {
   if (!r.buckets.empty()) {
     std::printf("  buckets (failing cases by distinct bug):\n");
     for (const auto& [k, v] : r.buckets) {
-      bool known = false;
-      for (const auto& f : r.failures) known = known || (f.bucket == k && f.known);
-      std::printf("    %6d  %s%s\n", v, k.c_str(), known ? "  (known)" : "");
+      std::string note;  // --known-findings: "(known: M1 12)", "(3 new; accepted: M1 9)"
+      if (auto j = r.judged.find(k); j != r.judged.end()) {
+        std::string acc;
+        for (const auto& [id, n] : j->second.accepted) acc += " " + id + " " + std::to_string(n);
+        note = j->second.new_cases == 0 && !acc.empty() ? "  (known:" + acc + ")"
+               : "  (" + std::to_string(j->second.new_cases) + " new" + (acc.empty() ? "" : "; accepted:" + acc) + ")";
+      }
+      std::printf("    %6d  %s%s\n", v, k.c_str(), note.c_str());
     }
   }
   for (const auto& line : r.crashes) std::printf("  crashed: %s\n", line.c_str());

@@ -24,7 +24,7 @@ struct FailureRecord {
   std::string corpus_path;  // where it was written ("" before)
   std::string bucket;       // properties::bucket_of(): what makes it a distinct bug
   int chunk = 0;            // the campaign chunk it came from (duplicates keep the lowest)
-  bool known = false;       // its bucket is in --known-findings: reported, not a failure
+  bool known = false;       // every failing case of its bucket was accepted by --known-findings: reported, not a failure
   std::string flaky;        // "" or what the shrunk case gave when replayed in a fresh process
   std::string diagnosis;    // properties::diagnose(): the bug class its symptoms match, or ""
 };
@@ -51,6 +51,12 @@ Json chunk_totals_to_json(int chunk, const ChunkTotals& t);
 // Throws std::runtime_error naming the field that is wrong.
 std::pair<int, ChunkTotals> chunk_totals_from_json(const Json& j);
 
+// --known-findings: how the failing cases of one bucket were judged, each by its own case.
+struct BucketJudgement {
+  std::map<std::string, int> accepted;  // known finding id -> cases it accepted
+  int new_cases = 0;                    // cases no known finding accepts
+};
+
 struct CampaignResult {
   int cases = 0;
   std::map<std::string, int> by_disposition;
@@ -64,6 +70,9 @@ struct CampaignResult {
   std::vector<std::string> crashes;  // worker processes that died: one line each (with the shard)
   std::map<int, ChunkTotals> chunks;  // chunk -> its totals (shards run disjoint chunks)
   double seconds = 0.0;
+  // Set by the CLI after the campaign when --known-findings was given (not merged: judged once).
+  std::string known_findings;                      // the file
+  std::map<std::string, BucketJudgement> judged;  // bucket -> its failing cases, judged
 };
 
 struct ReplayOutcome {

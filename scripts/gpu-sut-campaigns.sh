@@ -65,9 +65,15 @@ while IFS='|' read -r name sut extra kept; do
   budget="${!budget_var:-0}"
   limit_var="LIMIT_${name//[.-]/_}"  # a hard wall-clock limit of the campaign (0: none)
   limit="${!limit_var:-0}"
+  # the SUT's known findings (bucket and configuration): the report judges every failing case by
+  # them, and a failure outside them fails the campaign (exit 1); KNOWN_FINDINGS=0 leaves them out
+  known=()
+  if [ "${KNOWN_FINDINGS:-1}" != 0 ] && [ -n "$kept" ] && [ -f corpus/frameworks/"$kept"/known-findings.json ]; then
+    known=(--known-findings corpus/frameworks/"$kept"/known-findings.json)
+  fi
   start=$(date +%s.%N)
   # shellcheck disable=SC2086
-  timeout "$limit" "$bin" fuzz --sut "$sut" --backend cuda --cases "$cases" --jobs "$jobs" --seed "$seed" \
+  timeout "$limit" "$bin" fuzz "${known[@]}" --sut "$sut" --backend cuda --cases "$cases" --jobs "$jobs" --seed "$seed" \
     --time-budget "$budget" --shrink-limit "${SHRINK_LIMIT:-25}" --chunk-cases "${CHUNK_CASES:-100}" --require-memory-savings --case-timeout 300 --worker-env "PYTHONPATH=$pypath" $extra \
     --corpus-dir "$out/corpus-$name" --report "$out/$name.json" >"$out/$name.log" 2>&1
   rc=$?
@@ -82,8 +88,15 @@ while IFS='|' read -r name sut extra kept; do
     echo "   replay of its corpus files: exit $?; $(tail -n 1 "$out/$name-replay.log")" | tee -a "$out/summary.txt"
   fi
   # the findings kept in the repository replay with their verdicts too
-  if [ -n "$kept" ] && ls corpus/frameworks/"$kept"/*.json >/dev/null 2>&1; then
-    timeout "$(replay_limit)" "$bin" replay corpus/frameworks/"$kept"/*.json --backend cuda --require-memory-savings --case-timeout 300 \
+  # (its case files: known-findings.json is not a case)
+  kept_files=()
+  if [ -n "$kept" ]; then
+    for p in corpus/frameworks/"$kept"/*.json; do
+      [ -f "$p" ] && [ "$(basename "$p")" != known-findings.json ] && kept_files+=("$p")
+    done
+  fi
+  if [ ${#kept_files[@]} -gt 0 ]; then
+    timeout "$(replay_limit)" "$bin" replay "${kept_files[@]}" --backend cuda --require-memory-savings --case-timeout 300 \
       --worker-env "PYTHONPATH=$pypath" --report "$out/$name-kept-replay.json" >"$out/$name-kept-replay.log" 2>&1
     echo "   replay of corpus/frameworks/$kept: exit $?; $(tail -n 1 "$out/$name-kept-replay.log")" | tee -a "$out/summary.txt"
   fi

@@ -211,33 +211,34 @@ void merge_resumed(CampaignResult& kept, CampaignResult&& rest) {
   one_per_bucket(kept);
 }
 
-std::set<std::string> read_known_findings(const std::string& path) {
-  std::set<std::string> known;
-  if (path.empty()) return known;
-  std::string text;
-  if (std::string err = read_bounded_file(path, size_t{1} << 20, &text); !err.empty())
-    throw UsageError("--known-findings: " + err);
-  std::istringstream in(text);
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
-    size_t start = line.find_first_not_of(' ');
-    if (start == std::string::npos || line[start] == '#') continue;
-    line = line.substr(start);
-    if (std::count(line.begin(), line.end(), '/') != 4)
-      throw UsageError("--known-findings " + path + ":" + std::to_string(n) +
-                       ": a bucket is property/disposition/api/cuda_error/quantity, got '" + line + "'");
-    known.insert(line);
+int mark_known(CampaignResult& r, const KnownFindings& known) {
+  r.judged.clear();
+  r.known_findings = known.path;
+  if (known.given()) {
+    for (const Json& rep : r.reports) {
+      const std::string bucket = properties::bucket_of_json(rep);
+      if (bucket.empty()) continue;  // passed, skipped, out of memory
+      training::CaseSpec spec;
+      const bool ok = rep.contains("spec") && training::case_from_json(rep["spec"], &spec).empty();
+      const std::string id = ok ? accepting_finding(known, bucket, spec) : "";
+      auto& j = r.judged[bucket];
+      if (id.empty()) ++j.new_cases;
+      else ++j.accepted[id];
+    }
   }
-  return known;
-}
-
-int mark_known(CampaignResult& r, const std::set<std::string>& known) {
+  auto known_bucket = [&](const std::string& b) {
+    auto j = r.judged.find(b);
+    return j != r.judged.end() && j->second.new_cases == 0 && !j->second.accepted.empty();
+  };
   int unknown = 0;
+  std::set<std::string> counted;
   for (auto& f : r.failures) {
-    f.known = known.count(f.bucket) > 0;
+    f.known = known_bucket(f.bucket);
     unknown += !f.known;
+    counted.insert(f.bucket);
   }
+  for (const auto& [b, j] : r.judged)  // new cases in a bucket without a counterexample (cannot happen today)
+    if (j.new_cases > 0 && !counted.count(b)) ++unknown;
   return unknown;
 }
 
@@ -296,7 +297,7 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
   }
 }
 
-int settle_failures(CampaignResult& r, const CampaignOptions& o, const std::set<std::string>& known,
+int settle_failures(CampaignResult& r, const CampaignOptions& o, const KnownFindings& known,
                     const std::string& corpus_dir) {
   const int unknown = mark_known(r, known);
   confirm_failures(r, o);

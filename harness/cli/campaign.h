@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "harness/cli/cli.h"
+#include "harness/cli/known_findings.h"
 #include "properties/fuzz.h"
 #include "reports/reporter.h"
 #include "reports/results.h"
@@ -43,16 +44,17 @@ struct CampaignOptions {
 
 // One counterexample per bucket remains (the lowest chunk's).
 CampaignResult run_campaign(const CampaignOptions& o);
-// --known-findings: the accepted buckets of FILE (one per line, # comments); UsageError naming the
-// line for one that is not a bucket. Empty path: none.
-std::set<std::string> read_known_findings(const std::string& path);
 // Replays every shrunk counterexample (not known) once more in a fresh system under test (a new
 // worker process; recap's runtime: a new device): one that does not fail the same way (verdict,
 // property and CUDA error, as shrinking keeps them) is marked flaky with what it gave, and is not
 // written as a reproducer. Skipped after a stop signal.
 void confirm_failures(CampaignResult& r, const CampaignOptions& o);
-// Marks the counterexamples whose bucket is known; returns how many are not.
-int mark_known(CampaignResult& r, const std::set<std::string>& known);
+// --known-findings: judges every failing case the campaign ran (r.reports, each with its own case as
+// generated, not the shrunk counterexample: shrinking can move a case into a known configuration)
+// into r.judged; marks a counterexample known when every failing case of its bucket was accepted.
+// Returns how many buckets are not known (their counterexamples, and any bucket with new cases but
+// no counterexample). Without a file nothing is known.
+int mark_known(CampaignResult& r, const KnownFindings& known);
 CampaignResult run_workers(const CampaignOptions& o);
 // What properties::fuzz found, as the reports see it.
 CampaignResult from_stats(const properties::FuzzStats& s);
@@ -65,7 +67,7 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
 // What fuzz and gate do with a campaign's counterexamples, in this order: mark the known ones,
 // confirm the others in a fresh system, write the confirmed ones to corpus_dir. Returns how many
 // are not known (the exit code's failures).
-int settle_failures(CampaignResult& r, const CampaignOptions& o, const std::set<std::string>& known,
+int settle_failures(CampaignResult& r, const CampaignOptions& o, const KnownFindings& known,
                     const std::string& corpus_dir);
 
 // --resume REPORT: what the interrupted campaign's report kept of its complete chunks (their
@@ -112,7 +114,7 @@ struct FuzzFlags {
   int shrink_limit = 0;
   int chunk_cases = 100;
   bool keep_going = true;     // --stop-on-first clears it
-  std::string known_findings;  // --known-findings FILE: accepted buckets
+  std::string known_findings;  // --known-findings FILE: known findings (bucket and configuration)
   std::string resume;          // --resume REPORT: the report of an interrupted run of this campaign
   std::vector<int> skip_chunks;  // internal (a worker of a resumed campaign): chunks already done
   std::string dims = "auto";  // small | large | auto (large for recap's runtime on cuda, else small)

@@ -68,8 +68,10 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   cmd->add_flag("--stop-on-first{false}", f->keep_going,
                 "Stop each shard at its first counterexample (the behaviour before buckets)");
   cmd->add_option("--known-findings", f->known_findings,
-                  "A file of accepted buckets, one per line (# comments), as the summary prints them: their "
-                  "counterexamples are reported as known and do not fail the run (like sanitizer suppressions)")
+                  "A recap.known-findings/1 JSON file: each known finding's buckets and the case configuration that "
+                  "defines it (corpus/frameworks/*/known-findings.json). A failing case is accepted only when its bucket "
+                  "and its own configuration match one finding; a bucket whose every failing case was accepted is known "
+                  "(reported, not written, not a failure), any other failure is new")
       ->check(CLI::ExistingFile);
   cmd->add_option("--resume", f->resume,
                   "The report (--report) of an interrupted run of this campaign, given the same flags: its complete "

@@ -46,7 +46,7 @@ int gate(GateArgs a) {
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);
   reports::RunContext ctx = run_context("gate", o, device);
-  const std::set<std::string> known = read_known_findings(f.known_findings);
+  const KnownFindings known = read_known_findings(f.known_findings);
   install_stop_handlers();
 
   // 1. corpus replays (each file's own expected verdict; the flag only for the fuzz budget)
@@ -80,13 +80,15 @@ int gate(GateArgs a) {
   for (const auto& c : cov) std::printf("  %s\n", c.c_str());
   if (cov.empty() && !a.no_coverage) std::printf("  coverage: %zu requirements met\n", reqs.size());
 
+  size_t known_n = 0;
+  for (const auto& x : r.failures) known_n += x.known;
   bool failed = differ > 0 || unknown > 0 || !r.crashes.empty() || !cov.empty();
   int rc = exit_code_after_stop(failed ? kExitFailed : kExitOk, &out.interrupted);
   if (!out.interrupted.empty()) std::printf("recap gate: interrupted (%s): partial results\n", out.interrupted.c_str());
-  std::printf("recap gate: %s (corpus %zu/%zu as expected, %d new counterexample%s, %zu known, %zu crash%s, %zu coverage "
+  std::printf("recap gate: %s (corpus %zu/%zu as expected, %d new bucket%s, %zu known, %zu crash%s, %zu coverage "
               "shortfall%s)\n",
               failed ? "FAILED" : "passed", files.size() - differ, files.size(), unknown, unknown == 1 ? "" : "s",
-              r.failures.size() - static_cast<size_t>(unknown), r.crashes.size(), r.crashes.size() == 1 ? "" : "es",
+              known_n, r.crashes.size(), r.crashes.size() == 1 ? "" : "es",
               cov.size(), cov.size() == 1 ? "" : "s");
 
   reports::CoverageOutcome coverage{!a.no_coverage, reqs, cov};

@@ -155,8 +155,9 @@ PY
 fuzz_buckets_and_known_findings)
   # A drawn-policy campaign runs all 300 cases and writes one counterexample per bucket (distinct
   # bug), the same with --jobs 2; the summary counts each bucket's failing cases. With every
-  # bucket listed in --known-findings the campaign passes and writes nothing; a line that is not
-  # a bucket is a one-line usage error; --stop-on-first stops at the first counterexample.
+  # bucket accepted in --known-findings (for every configuration) the campaign passes and writes
+  # nothing; the old one-bucket-per-line file is a one-line usage error naming the new format;
+  # --stop-on-first stops at the first counterexample.
   py=$(command -v /usr/bin/python3 || command -v python3)
   "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --corpus-dir b --report b.json > out.txt; rc=$?
   [ "$rc" -eq 1 ] || { cat out.txt; fail "exit $rc, expected 1"; }
@@ -171,23 +172,143 @@ assert set(buckets) <= set(r["buckets"]), (buckets, r["buckets"])
 assert sum(r["buckets"].values()) > len(buckets), r["buckets"]  # failing cases beyond the shrunk ones
 assert sum(r["buckets"].values()) == sum(v for k, v in r["by_disposition"].items() if k != "passed" and k != "skipped")
 assert [f["bucket"] for f in rj["failures"]] == buckets and rj["buckets"] == r["buckets"], "--jobs 2 differs"
-open(sys.argv[3], "w").write("# accepted\n" + "\n".join(r["buckets"]) + "\n")
+open(sys.argv[3], "w").write("# accepted\n" + "\n".join(r["buckets"]) + "\n")  # the old format
+json.dump({"schema": "recap.known-findings/1", "findings": [
+    {"id": "ALL", "summary": "every bucket, every configuration", "buckets": list(r["buckets"]), "when": {}}]},
+    open("known.json", "w"))
 print(len(buckets), "buckets:", ", ".join(buckets))
 PY
   [ "$(ls b | wc -l)" -eq "$(grep -c '^[a-z]' known.txt)" ] || { ls b; fail "one file per bucket expected"; }
   grep -q "buckets (failing cases by distinct bug):" out.txt || fail "no bucket list in the summary"
-  "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --known-findings known.txt --corpus-dir k > out.txt; rc=$?
+  "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --known-findings known.json --corpus-dir k > out.txt; rc=$?
   [ "$rc" -eq 0 ] || { cat out.txt; fail "known findings: exit $rc, expected 0"; }
-  grep -q "(known)" out.txt || fail "known buckets not marked"
+  grep -q "(known: ALL [0-9]*)" out.txt || fail "known buckets not marked"
   [ -z "$(ls k 2>/dev/null)" ] || fail "known counterexamples were written"
-  echo "capture_clean/failed" >> known.txt
+  # the old one-bucket-per-line text is refused, naming the new format
   "$recap" fuzz --backend sim --seed 2 --cases 10 --known-findings known.txt > out.txt 2> err.txt; rc=$?
-  [ "$rc" -eq 2 ] || fail "a bad known-findings line: exit $rc"
-  grep -q "known.txt:[0-9]*: a bucket is property/disposition/api/cuda_error/quantity, got 'capture_clean/failed'" err.txt ||
-    { cat err.txt; fail "the error does not name the line"; }
+  [ "$rc" -eq 2 ] || fail "the old known-findings text: exit $rc"
+  [ "$(wc -l < err.txt)" -eq 1 ] && grep -q "known.txt: not a recap.known-findings/1 JSON file (the one-bucket-per-line format is gone" err.txt ||
+    { cat err.txt; fail "the error does not name the new format"; }
   "$recap" fuzz --backend sim --seed 2 --cases 300 --shrink-limit 5 --stop-on-first --corpus-dir s --report s.json > /dev/null
   "$py" -c 'import json,sys; s=json.load(open("s.json"))["summary"]; assert len(s["failures"]) == 1 and s["cases"] < 300, (len(s["failures"]), s["cases"])' ||
     fail "--stop-on-first"
+  ;;
+known_findings_by_configuration)
+  # Issue 18 item 5: a known finding is its bucket AND its configuration, judged per failing case by
+  # the case's own (pre-shrink) spec. The naive policy's capture failure on recap's runtime comes
+  # from per-layer and full-iteration cases: accepted for both, the campaign passes; accepted for
+  # per-layer only, the full-iteration cases are new (exit 1, the counterexample written); accepted
+  # only for the shrunk counterexample's configuration, the case the shrink started from is new.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --corpus-dir base --report base.json > /dev/null
+  "$py" - base.json <<'PY' || fail "known-findings files"
+import json, sys
+rep = json.load(open(sys.argv[1]))
+def bucket(r):
+    for c in r["checks"]:
+        if c["disposition"] in ("failed", "incorrect", "crashed"):
+            e = c.get("capture_error", {})
+            t = c.get("divergence", {}).get("tensor", "")
+            return "/".join([c["property"], c["disposition"], e.get("api", ""), e.get("error", ""), t.split(" ")[0]])
+    return ""
+cases = [(bucket(r), r["spec"], ch) for r, ch in zip(rep["cases"], rep["summary"]["report_chunks"])]
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+ex = [s["executor"] for b, s, _ in cases if b == B]
+assert "per-layer" in ex and "full-iteration" in ex, ex
+others = sorted(set(b for b, _, _ in cases if b and b != B))
+def write(name, when):
+    f = [{"id": "CAP", "summary": "naive policy, host generator under capture", "buckets": [B], "when": when}]
+    if others: f.append({"id": "REST", "summary": "the other buckets", "buckets": others, "when": {}})
+    json.dump({"schema": "recap.known-findings/1", "findings": f}, open(name, "w"), indent=1)
+write("both.json", {"executor": ["per-layer", "full-iteration"]})
+write("per-layer.json", {"executor": ["per-layer"], "_why": "a comment key"})
+json.dump({"per-layer": ex.count("per-layer"), "full-iteration": ex.count("full-iteration")}, open("counts.json", "w"))
+# the shrunk counterexample's configuration, which the case its shrink started from (the first
+# failing case of the bucket in its chunk) is outside: shrinking moved a field of the case
+cx = [f for f in rep["summary"]["failures"] if f["bucket"] == B][0]
+start = [s for b, s, ch in cases if b == B and ch == cx["chunk"]][0]
+def order(s):
+    plain = [1, -1] * s.get("microbatches", 1)
+    return "default" if (s.get("microbatch_order") or plain) == plain else "interleaved"
+def value(s, k):
+    return order(s) if k == "microbatch_order" else s[k]
+keys = ["executor", "generator", "dtype", "shared_pool", "device_state", "warmup_backward", "checkpoint_style", "microbatch_order"]
+moved = [k for k in keys if value(start, k) != value(cx["case"], k)]
+assert moved, "the shrink moved no field: choose another seed"
+k = moved[0]
+v = value(cx["case"], k)
+write("shrunk.json", {k: v if isinstance(v, bool) else [v]})
+json.dump({"key": k, "value": v}, open("shrunk-key.json", "w"))
+print("bucket", B, "cases", len(ex), "others", others, "shrink moved", k, value(start, k), "->", v)
+PY
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings both.json --corpus-dir k1 --report k1.json > out1.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat out1.txt; fail "every failure in its configuration: exit $rc, expected 0"; }
+  grep -q "cudaErrorStreamCaptureUnsupported/  (known: CAP [0-9]*)" out1.txt || { cat out1.txt; fail "the bucket is not marked known"; }
+  [ -z "$(ls k1 2>/dev/null)" ] || fail "known counterexamples were written"
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings per-layer.json --corpus-dir k2 --report k2.json > out2.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat out2.txt; fail "full-iteration cases outside the configuration: exit $rc, expected 1"; }
+  grep -q "cudaErrorStreamCaptureUnsupported/  ([0-9]* new; accepted: CAP [0-9]*)" out2.txt || { cat out2.txt; fail "the bucket is not marked new"; }
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings shrunk.json --corpus-dir k3 --report k3.json > out3.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat out3.txt; fail "a case that shrank into the configuration: exit $rc, expected 1"; }
+  "$py" - k1.json k2.json k3.json counts.json shrunk-key.json <<'PY' || fail "the judgement in the reports"
+import json, sys
+k1, k2, k3 = (json.load(open(p))["summary"] for p in sys.argv[1:4])
+n = json.load(open(sys.argv[4]))
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+j = k1["known_findings"]["buckets"][B]
+assert j == {"accepted": {"CAP": n["per-layer"] + n["full-iteration"]}, "new": 0, "known": True}, j
+assert all(f["known"] for f in k1["failures"]), k1["failures"]
+j = k2["known_findings"]["buckets"][B]
+assert j == {"accepted": {"CAP": n["per-layer"]}, "new": n["full-iteration"], "known": False}, (j, n)
+f = [f for f in k2["failures"] if f["bucket"] == B][0]
+assert not f["known"] and f["corpus_file"], f
+assert all(f["known"] for f in k2["failures"] if f["bucket"] != B)  # the other buckets: every configuration
+j = k3["known_findings"]["buckets"][B]
+f = [f for f in k3["failures"] if f["bucket"] == B][0]
+key = json.load(open(sys.argv[5]))
+c = f["case"]
+plain = [1, -1] * c.get("microbatches", 1)
+order = "default" if (c.get("microbatch_order") or plain) == plain else "interleaved"
+got = order if key["key"] == "microbatch_order" else c[key["key"]]
+assert got == key["value"], (key, got)  # the counterexample itself is inside the configuration
+assert j["new"] >= 1 and not j["known"] and not f["known"] and f["corpus_file"], (j, f)
+print("judged:", k2["known_findings"]["buckets"][B], k3["known_findings"]["buckets"][B])
+PY
+  validate_report k2.json
+  # Bad files: exit 2 and one line naming the problem.
+  bad() {  # NAME EXPECTED-TEXT JSON
+    printf '%s' "$3" > "$1"
+    "$recap" fuzz --backend sim --cases 1 --known-findings "$1" > /dev/null 2> err.txt; rc=$?
+    [ "$rc" -eq 2 ] && [ "$(wc -l < err.txt)" -eq 1 ] && grep -qF -- "$2" err.txt || { cat err.txt; fail "$1: exit $rc"; }
+  }
+  h='"schema": "recap.known-findings/1"'
+  e='"id": "X", "summary": "s", "buckets": ["a/b/c/d/e"]'
+  bad malformed.json "malformed.json: malformed JSON" "{$h, "
+  bad field.json "field.json: unknown field 'bogus'" "{$h, \"findings\": [], \"bogus\": 1}"
+  bad entry.json "findings[0]: unknown field 'bucket'" "{$h, \"findings\": [{$e, \"bucket\": 1, \"when\": {}}]}"
+  bad feature.json "findings[0].when: unknown feature 'graphd'" "{$h, \"findings\": [{$e, \"when\": {\"graphd\": true}}]}"
+  bad value.json 'findings[0].when[1].executor: "per_layer" is not a recap.case/1 value' "{$h, \"findings\": [{$e, \"when\": [{}, {\"executor\": [\"per_layer\"]}]}]}"
+  bad kind.json 'findings[0].when.kinds: "conv" is not a recap.case/1 value' "{$h, \"findings\": [{$e, \"when\": {\"kinds\": [\"conv\"]}}]}"
+  bad flag.json "findings[0].when.dropout: expected true or false" "{$h, \"findings\": [{$e, \"when\": {\"dropout\": [\"yes\"]}}]}"
+  bad bucket.json "a bucket is property/disposition/api/cuda_error/quantity" "{$h, \"findings\": [{\"id\": \"X\", \"summary\": \"s\", \"buckets\": [\"capture_clean/failed\"], \"when\": {}}]}"
+  bad nowhen.json "findings[0].when: missing" "{$h, \"findings\": [{$e}]}"
+  bad twice.json "findings[1].id: 'X' twice" "{$h, \"findings\": [{$e, \"when\": {}}, {$e, \"when\": {}}]}"
+  bad schema.json "schema: expected" '{"findings": []}'
+  # The committed files of the frameworks are read (and valid against the schema where jsonschema is).
+  for f in "$src"/corpus/frameworks/*/known-findings.json; do
+    "$recap" fuzz --backend sim --cases 2 --known-findings "$f" > /dev/null 2> err.txt; rc=$?
+    [ "$rc" -le 1 ] || { cat err.txt; fail "$f: exit $rc"; }
+  done
+  pyj=$(pyjs)
+  if [ -n "$pyj" ]; then
+    "$pyj" - "$src"/reports/schema/recap.known-findings.schema.json "$src"/corpus/frameworks/*/known-findings.json both.json <<'PY' || fail "known-findings schema"
+import json, sys, jsonschema
+s = json.load(open(sys.argv[1]))
+jsonschema.Draft202012Validator.check_schema(s)
+for p in sys.argv[2:]:
+    jsonschema.validate(json.load(open(p)), s, cls=jsonschema.Draft202012Validator)
+PY
+  fi
   ;;
 fuzz_same_seed_same_report)
   # graph-safe: the campaign runs all 50 cases (a drawn policy stops at its first counterexample,
