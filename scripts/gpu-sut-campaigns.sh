@@ -68,8 +68,8 @@ while IFS='|' read -r name sut extra kept; do
   # the SUT's known findings (bucket and configuration): the report judges every failing case by
   # them, and a failure outside them fails the campaign (exit 1); KNOWN_FINDINGS=0 leaves them out
   known=()
-  if [ "${KNOWN_FINDINGS:-1}" != 0 ] && [ -n "$kept" ] && [ -f corpus/frameworks/"$kept"/known-findings.json ]; then
-    known=(--known-findings corpus/frameworks/"$kept"/known-findings.json)
+  if [ "${KNOWN_FINDINGS:-1}" != 0 ] && [ -n "$kept" ] && [ -f corpus/known-findings/"$kept".json ]; then
+    known=(--known-findings corpus/known-findings/"$kept".json)
   fi
   start=$(date +%s.%N)
   # shellcheck disable=SC2086
@@ -88,11 +88,10 @@ while IFS='|' read -r name sut extra kept; do
     echo "   replay of its corpus files: exit $?; $(tail -n 1 "$out/$name-replay.log")" | tee -a "$out/summary.txt"
   fi
   # the findings kept in the repository replay with their verdicts too
-  # (its case files: known-findings.json is not a case)
   kept_files=()
   if [ -n "$kept" ]; then
     for p in corpus/frameworks/"$kept"/*.json; do
-      [ -f "$p" ] && [ "$(basename "$p")" != known-findings.json ] && kept_files+=("$p")
+      [ -f "$p" ] && kept_files+=("$p")
     done
   fi
   if [ ${#kept_files[@]} -gt 0 ]; then

@@ -69,7 +69,7 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
                 "Stop each shard at its first counterexample (the behaviour before buckets)");
   cmd->add_option("--known-findings", f->known_findings,
                   "A recap.known-findings/1 JSON file: each known finding's buckets and the case configuration that "
-                  "defines it (corpus/frameworks/*/known-findings.json). A failing case is accepted only when its bucket "
+                  "defines it (corpus/known-findings/*.json). A failing case is accepted only when its bucket "
                   "and its own configuration match one finding; a bucket whose every failing case was accepted is known "
                   "(reported, not written, not a failure), any other failure is new")
       ->check(CLI::ExistingFile);

@@ -295,13 +295,13 @@ PY
   bad twice.json "findings[1].id: 'X' twice" "{$h, \"findings\": [{$e, \"when\": {}}, {$e, \"when\": {}}]}"
   bad schema.json "schema: expected" '{"findings": []}'
   # The committed files of the frameworks are read (and valid against the schema where jsonschema is).
-  for f in "$src"/corpus/frameworks/*/known-findings.json; do
+  for f in "$src"/corpus/known-findings/*.json; do
     "$recap" fuzz --backend sim --cases 2 --known-findings "$f" > /dev/null 2> err.txt; rc=$?
     [ "$rc" -le 1 ] || { cat err.txt; fail "$f: exit $rc"; }
   done
   pyj=$(pyjs)
   if [ -n "$pyj" ]; then
-    "$pyj" - "$src"/reports/schema/recap.known-findings.schema.json "$src"/corpus/frameworks/*/known-findings.json both.json <<'PY' || fail "known-findings schema"
+    "$pyj" - "$src"/reports/schema/recap.known-findings.schema.json "$src"/corpus/known-findings/*.json both.json <<'PY' || fail "known-findings schema"
 import json, sys, jsonschema
 s = json.load(open(sys.argv[1]))
 jsonschema.Draft202012Validator.check_schema(s)
