@@ -14,11 +14,12 @@ Json coverage_json(const CoverageOutcome& c, const CampaignResult* campaign) {
   Json creq = Json::array();
   for (const auto& q : c.requirements) {
     int n = campaign->classification.count(q.label) ? campaign->classification.at(q.label) : 0;
+    const int judged = judged_cases(*campaign);  // shares of the cases that judged something
     creq.push_back({{"label", q.label},
                     {"min_share", q.min_share},
                     {"count", n},
-                    {"share", campaign->cases ? double(n) / campaign->cases : 0.0},
-                    {"met", campaign->cases == 0 || double(n) / campaign->cases + 1e-12 >= q.min_share},
+                    {"share", judged ? double(n) / judged : 0.0},
+                    {"met", judged == 0 || double(n) / judged + 1e-12 >= q.min_share},
                     {"why", q.why}});
   }
   return {{"checked", c.checked}, {"ok", c.shortfalls.empty()}, {"requirements", creq}, {"shortfalls", c.shortfalls}};
@@ -34,7 +35,9 @@ Json campaign_summary_json(const CampaignResult& r) {
   Json s = Json::object();
   s["cases"] = r.cases;
   s["by_disposition"] = r.by_disposition;
-  s["classification"] = r.classification;
+  s["classification"] = r.classification;  // over judged (not skipped) cases
+  s["judged_cases"] = judged_cases(r);
+  s["properties"] = property_counts_json(r);
   s["findings"] = r.findings;
   s["buckets"] = r.buckets;
   Json f = Json::array();
@@ -67,9 +70,21 @@ void ConsoleReporter::report(const Outcome& o) {
   if (c.jobs > 1 || c.isolate) std::printf(", %d job%s", c.jobs, c.jobs == 1 ? "" : "s");
   std::printf("\n  by disposition:");
   for (const auto& [k, v] : r.by_disposition) std::printf(" %s %d", k.c_str(), v);
-  std::printf("\n  classification (cases under each label):\n");
+  const Json props = property_counts_json(r);
+  if (!props.empty()) {
+    std::printf("\n  properties (checks judged / skipped):");
+    for (const auto& [p, q] : props.items()) {
+      std::printf("\n    %-17s judged %6d", p.c_str(), q["judged"].get<int>());
+      for (const char* d : {"passed", "failed", "incorrect", "crashed"})
+        if (q.contains(d)) std::printf("  %s %d", d, q[d].get<int>());
+      std::printf("  | skipped %d", q["skipped"].get<int>());
+      if (q.contains("out-of-memory")) std::printf("  out-of-memory %d", q["out-of-memory"].get<int>());
+    }
+  }
+  const int judged = judged_cases(r);
+  std::printf("\n  classification (judged cases under each label, %d of %d):\n", judged, r.cases);
   for (const auto& [k, v] : r.classification)
-    std::printf("    %-34s %6d  %5.1f%%\n", k.c_str(), v, r.cases ? 100.0 * v / r.cases : 0.0);
+    std::printf("    %-34s %6d  %5.1f%%\n", k.c_str(), v, judged ? 100.0 * v / judged : 0.0);
   if (!r.findings.empty()) {
     std::printf("  findings (not failures):\n");
     for (const auto& f : r.findings) std::printf("    %s\n", f.c_str());

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "harness/base/names.h"
@@ -84,7 +85,7 @@ Message observation_of(const training::RunResult& r, const Json& id) {
                        {"pass", runtime::phase_name(e.site.phase)}, {"seed", e.seed}, {"offset", e.offset},
                        {"count", e.count}, {"generator", e.generator}});
     steps.push_back({{"step", s.step}, {"phase", s.phase}, {"losses", losses}, {"masks", Json::array()},
-                     {"draws", draws}, {"ms", json_number(s.ms)}});
+                     {"draws", draws}, {"replays", Json(s.replays)}, {"ms", json_number(s.ms)}});
     const std::string st = std::to_string(s.step);
     for (size_t mb = 0; mb < s.microbatches.size(); ++mb)
       for (size_t i = 0; i < s.microbatches[mb].grads.size(); ++i)
@@ -94,6 +95,8 @@ Message observation_of(const training::RunResult& r, const Json& id) {
     for (size_t i = 0; i < s.params.size(); ++i) m.frames.push_back(f32_frame("param " + st + " " + std::to_string(i), s.params[i]));
   }
   h["steps"] = steps;
+  // What the executor captured and launched (CONTRACT: "graphs"), as a framework driver reports it.
+  h["graphs"] = {{"captures", r.captures ? Json(*r.captures) : Json::object()}};
   h["memory"] = memory_json(r);
   // What recap's own oracles read beyond the common fields (run_result_of reads them back).
   Json cap = Json::array();
@@ -129,6 +132,122 @@ std::vector<float> frame_values(const Message& m, const std::string& name) {
   const Frame* f = m.frame(name);
   if (!f) throw ProtocolError("observation: missing frame '" + name + "'");
   return f32_values(*f);
+}
+}  // namespace
+
+namespace {
+// Another system's dropout draw as its observation reported it (CONTRACT, "masks").
+struct MaskDraw {
+  std::string layer, op;
+  int microbatch = 0;
+  runtime::Phase pass = runtime::Phase::Forward;
+  int index = 0;
+  bool checkpointed = false;
+  uint64_t digest = 0;
+};
+
+std::string draws_of(size_t n, const char* what) {
+  return std::to_string(n) + " " + what + (n == 1 ? " draw" : " draws");
+}
+
+// CONTRACT, rng_ledger: per (step, layer, op, microbatch) the recompute draws, by index, are
+// exactly the checkpointed forward draws, by index, digest for digest. Missing, extra or different
+// ones count as mismatches; the first is r.ledger_problem, else what was compared is r.ledger_evidence.
+void judge_recompute_draws(training::RunResult& r, const std::vector<std::vector<MaskDraw>>& steps) {
+  using Key = std::tuple<std::string, std::string, int>;
+  size_t equal = 0;
+  std::set<Key> sites;
+  int judged_steps = 0;
+  for (size_t k = 0; k < steps.size() && k < r.steps.size(); ++k) {
+    std::map<Key, std::pair<std::vector<const MaskDraw*>, std::vector<const MaskDraw*>>> by;
+    for (const MaskDraw& d : steps[k]) {
+      if (d.pass == runtime::Phase::Forward && d.checkpointed) by[{d.layer, d.op, d.microbatch}].first.push_back(&d);
+      if (d.pass == runtime::Phase::Recompute) by[{d.layer, d.op, d.microbatch}].second.push_back(&d);
+    }
+    auto by_index = [](const MaskDraw* a, const MaskDraw* b) { return a->index < b->index; };
+    for (auto& [key, fr] : by) {
+      auto& [f, rc] = fr;
+      std::stable_sort(f.begin(), f.end(), by_index);
+      std::stable_sort(rc.begin(), rc.end(), by_index);
+      const std::string at = std::get<0>(key) + "." + std::get<1>(key) + " step " + std::to_string(r.steps[k].step) +
+                             " mb " + std::to_string(std::get<2>(key)) + ": ";
+      if (f.size() != rc.size()) {
+        r.recompute_mismatches += f.size() > rc.size() ? f.size() - rc.size() : rc.size() - f.size();
+        if (r.ledger_problem.empty())
+          r.ledger_problem = at + draws_of(rc.size(), "recompute") + " for " + draws_of(f.size(), "checkpointed forward");
+      }
+      for (size_t i = 0; i < std::min(f.size(), rc.size()); ++i) {
+        if (f[i]->digest == rc[i]->digest) {
+          ++equal;
+          continue;
+        }
+        ++r.recompute_mismatches;
+        if (r.ledger_problem.empty()) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, " (digest %016llx vs %016llx)", static_cast<unsigned long long>(rc[i]->digest),
+                        static_cast<unsigned long long>(f[i]->digest));
+          r.ledger_problem = at + "recompute draw " + std::to_string(rc[i]->index) + " differs from checkpointed forward draw " +
+                             std::to_string(f[i]->index) + buf;
+        }
+      }
+      sites.insert(key);
+    }
+    judged_steps += by.empty() ? 0 : 1;
+  }
+  if (r.ledger_problem.empty() && equal > 0)
+    r.ledger_evidence = std::to_string(equal) + " recompute draws equal their checkpointed forward draws (" +
+                        std::to_string(sites.size()) + " sites, " + std::to_string(judged_steps) + " steps)";
+}
+
+// CONTRACT, graphs: whether another system's run was captured, from the captures and replays it
+// observed (never from its steps' phase labels), and its driver's error when the case asks for
+// graphs the observation does not show.
+void judge_graphs(training::RunResult& r, const training::CaseSpec& spec) {
+  r.captured = false;
+  r.graphs = 0;
+  if (!r.captures) return;  // the system does not observe graphs: graphed steps are not evidenced
+  bool replayed = false;
+  for (const auto& [label, n] : *r.captures) r.graphs += n;
+  for (const auto& s : r.steps)
+    for (const auto& [label, n] : s.replays) replayed = replayed || n > 0;
+  r.captured = r.graphs > 0 && replayed;
+  if (!r.ok()) return;
+  std::vector<std::string> wanted;  // labels the case asks graphs of ("iteration": any)
+  if (spec.executor == training::ExecutorKind::FullIteration) wanted.push_back("iteration");
+  if (spec.executor == training::ExecutorKind::PerLayer)
+    for (size_t i = 0; i < spec.layers.size() && i < spec.model.layers.size(); ++i)
+      if (spec.layers[i].graphed) wanted.push_back(spec.model.layers[i].kind + std::to_string(i));
+  if (wanted.empty()) return;
+  const bool whole = spec.executor == training::ExecutorKind::FullIteration;
+  std::string all;
+  for (const auto& w : wanted) all += (all.empty() ? "" : ", ") + w;
+  const std::string captures = Json(*r.captures).dump();
+  auto count = [](const std::map<std::string, int>& m, const std::string& label) {
+    auto it = m.find(label);
+    return it == m.end() ? 0 : it->second;
+  };
+  if (r.graphs == 0) {
+    r.driver_error = "driver error: the case asks for graphs of " + all + "; the system observed none (captures: " + captures + ")";
+    return;
+  }
+  if (!whole)
+    for (const auto& w : wanted)
+      if (count(*r.captures, w) == 0) {
+        r.driver_error = "driver error: the case asks for graphs of " + all + "; the system observed no capture of " + w +
+                         " (captures: " + captures + ")";
+        return;
+      }
+  for (const auto& s : r.steps) {
+    if (s.phase != "replay") continue;
+    int any = 0;
+    for (const auto& [label, n] : s.replays) any += n;
+    for (const auto& w : wanted)
+      if (whole ? any == 0 : count(s.replays, w) == 0) {
+        r.driver_error = "driver error: step " + std::to_string(s.step) + " is labelled replay; the system observed no replay of " +
+                         (whole ? std::string("any graph") : w) + " (replays: " + Json(s.replays).dump() + ")";
+        return;
+      }
+  }
 }
 }  // namespace
 
@@ -173,7 +292,10 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     r.ledger_summary = x.value("ledger_summary", std::string());
     r.recompute_mismatches = x.value("recompute_mismatches", size_t{0});
     r.reused_masks = x.value("reused_masks", size_t{0});
+    if (h.contains("graphs")) r.captures = need(h["graphs"], "captures", "observation.graphs").get<std::map<std::string, int>>();
+    else r.captures = std::nullopt;  // the system does not observe graphs
     const Json& step_memory = own ? need(x, "step_memory", "observation.recap") : Json::array();
+    std::vector<std::vector<MaskDraw>> mask_draws;  // per step: another system's draws as it reported them
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
     const int act = static_cast<int>(device::MemCategory::Activations);
@@ -184,6 +306,8 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       s.phase = need(sj, "phase", "steps").get<std::string>();
       s.ms = number(need(sj, "ms", "steps"));
       const std::string st = std::to_string(s.step);
+      if (sj.contains("replays")) s.replays = sj["replays"].get<std::map<std::string, int>>();
+      mask_draws.emplace_back();
       const Json& losses = need(sj, "losses", "steps");
       for (size_t mb = 0; mb < losses.size(); ++mb) {
         training::MicrobatchRecord rec;
@@ -210,8 +334,15 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
           e.count = d.value(mask ? "numel" : "count", uint64_t{0});
           e.generator = mask ? "mask" : d.value("generator", std::string());
           if (mask) {  // the mask itself when the worker sent it (mask_frames)
+            MaskDraw md{e.site.layer, e.site.op, e.site.microbatch, e.site.phase, 0, d.value("checkpointed", false), e.seed};
+            int seen = 0;  // a draw without "index" is numbered by its order among its key's draws
+            for (const auto& o : mask_draws.back())
+              seen += o.layer == md.layer && o.op == md.op && o.microbatch == md.microbatch && o.pass == md.pass;
+            md.index = d.value("index", seen);
+            mask_draws.back().push_back(md);
             const std::string name = "mask " + st + " " + std::to_string(e.site.microbatch) + " " +
-                                     d.value("pass", std::string("forward")) + " " + e.site.layer + " " + e.site.op;
+                                     d.value("pass", std::string("forward")) + " " + e.site.layer + " " + e.site.op + " " +
+                                     std::to_string(md.index);
             if (const Frame* f = m.frame(name)) {
               if (f->dtype != "u8" || f->bytes.size() != e.count)
                 throw ProtocolError("observation: frame '" + name + "' is not " + std::to_string(e.count) + " u8 values");
@@ -229,7 +360,6 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     if (!own) {
       // What recap's runtime counts itself: recomputed masks unlike their forward mask, forward
       // masks seen again at a later step; and the figures memory judges.
-      std::map<std::tuple<int, std::string, std::string, int>, uint64_t> forward;
       std::map<std::tuple<std::string, std::string, int, uint64_t>, int> first_step;
       size_t fwd = 0, rec = 0, small = 0;
       // A mask is a few bits of entropy per element (0.47 at p = 0.1): two independent draws of a
@@ -245,26 +375,21 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
         for (const auto& e : s.ledger)
           if (e.site.phase == runtime::Phase::Forward) {
             ++fwd;
-            forward[{s.step, e.site.layer, e.site.op, e.site.microbatch}] = e.seed;
             if (static_cast<double>(e.count) * bits_per_element < 40.0) {
               ++small;
               continue;
             }
             auto [it, fresh] = first_step.try_emplace({e.site.layer, e.site.op, e.site.microbatch, e.seed}, s.step);
             if (!fresh && it->second != s.step) ++r.reused_masks;
-          }
-      for (const auto& s : r.steps)
-        for (const auto& e : s.ledger)
-          if (e.site.phase == runtime::Phase::Recompute) {
+          } else if (e.site.phase == runtime::Phase::Recompute) {
             ++rec;
-            auto it = forward.find({s.step, e.site.layer, e.site.op, e.site.microbatch});
-            if (it == forward.end() || it->second != e.seed) ++r.recompute_mismatches;
           }
+      judge_recompute_draws(r, mask_draws);
       r.ledger_summary = std::to_string(fwd + rec) + " masks (" + std::to_string(fwd) + " forward, " + std::to_string(rec) +
                          " recompute), " + std::to_string(r.recompute_mismatches) + " recompute mismatches" +
                          (small ? ", " + std::to_string(small) + " forward masks under 40 bits not judged for reuse" : "");
       const Json& mem = h.value("memory", Json::object());
-      for (const auto& s : r.steps) r.captured = r.captured || s.phase == "replay";
+      judge_graphs(r, spec);
       r.capture_memory.device.peak_bytes = mem.value("capture_peak_bytes", int64_t{0});
       r.capture_memory.allocator.pool_peak_reserved_bytes = mem.value("graph_pool_bytes", int64_t{0});
       r.capture_memory.allocator.tensors[act].peak_bytes = mem.value("activations_in_graphs_bytes", int64_t{0});
