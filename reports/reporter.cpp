@@ -162,11 +162,21 @@ JUnitSuite properties_suite(const Outcome& o) {
   s.timestamp = o.context.started_utc.substr(0, 19);
   s.hostname = o.context.host;
   s.properties = {{"seed", std::to_string(o.context.seed)}, {"backend", o.context.backend}, {"cases", std::to_string(r.cases)}};
+  const Json counts = property_counts_json(r);
   for (const std::string& p : o.properties) {
     JUnitCase c;
     c.name = p;
     c.classname = "recap.properties";
     c.seconds = r.cases ? r.seconds / o.properties.size() : 0.0;
+    if (counts.contains(p)) {  // judged vs skipped checks: a property no case judged is skipped, not passed
+      const int judged = counts[p]["judged"].get<int>(), skipped = counts[p]["skipped"].get<int>();
+      s.properties[p + ".judged"] = std::to_string(judged);
+      s.properties[p + ".skipped"] = std::to_string(skipped);
+      if (judged == 0) {
+        c.skipped = true;
+        c.skip_message = "no case judged " + p + " (" + std::to_string(skipped) + " skipped)";
+      }
+    }
     for (const auto& f : r.failures) {
       if (f.property != p) continue;
       c.failure_kind = f.disposition == "crashed" ? "error" : "failure";

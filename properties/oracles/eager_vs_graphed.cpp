@@ -14,10 +14,11 @@ CheckResult judge(Runs& runs) {
   if (!runs.ran()) return skipped(p, "the run failed");
   const training::RunResult& r = runs.main();
   if (!r.captures) return skipped(p, "the system under test does not report graph captures and replays");
-  if (!r.captured) return skipped(p, "no graph was captured and replayed: nothing graphed to compare");
   int replays = 0;
   for (const auto& s : r.steps)
     for (const auto& [label, n] : s.replays) replays += n;
+  if (!r.captured || r.graphs == 0 || replays == 0)
+    return skipped(p, "no graph was captured and replayed: nothing graphed to compare");
   CheckResult c = compare_with_twin(p, runs, runs.eager_twin(), "the eager twin", "vs eager");
   if (c.disposition == Disposition::Passed)
     c.evidence = std::to_string(r.graphs) + (r.graphs == 1 ? " graph" : " graphs") + " replayed " + std::to_string(replays) +
