@@ -74,11 +74,12 @@ void ConsoleReporter::report(const Outcome& o) {
   if (!props.empty()) {
     std::printf("\n  properties (checks judged / skipped):");
     for (const auto& [p, q] : props.items()) {
-      std::printf("\n    %-17s judged %6d", p.c_str(), q["judged"].get<int>());
+      std::string parts;  // "118 passed, 2 failed": counts first, so they read apart from "by disposition"
       for (const char* d : {"passed", "failed", "incorrect", "crashed"})
-        if (q.contains(d)) std::printf("  %s %d", d, q[d].get<int>());
-      std::printf("  | skipped %d", q["skipped"].get<int>());
-      if (q.contains("out-of-memory")) std::printf("  out-of-memory %d", q["out-of-memory"].get<int>());
+        if (q.contains(d)) parts += (parts.empty() ? "" : ", ") + std::to_string(q[d].get<int>()) + " " + d;
+      std::printf("\n    %-17s judged %6d%s  skipped %d", p.c_str(), q["judged"].get<int>(),
+                  parts.empty() ? "" : (" (" + parts + ")").c_str(), q["skipped"].get<int>());
+      if (q.contains("out-of-memory")) std::printf(", %d out-of-memory", q["out-of-memory"].get<int>());
     }
   }
   const int judged = judged_cases(r);
