@@ -260,10 +260,13 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
           ++totals.cases;
           st.by_disposition[disposition_name(rep.disposition)]++;
           totals.by_disposition[disposition_name(rep.disposition)]++;
-          for (const auto& l : classify(spec)) {
-            st.classification[l]++;
-            totals.classification[l]++;
-          }
+          // Coverage counts judged cases only: a skipped case exercised nothing it is labelled with.
+          if (rep.disposition != Disposition::Skipped)
+            for (const auto& l : classify(spec)) {
+              st.classification[l]++;
+              totals.classification[l]++;
+            }
+          for (const auto& k : rep.checks) totals.by_property[k.property][disposition_name(k.disposition)]++;
           for (const auto& f : rep.findings) {
             int64_t bytes = 0;
             for (const auto& k : rep.checks) bytes = std::max(bytes, k.bytes);

@@ -121,6 +121,12 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     return rep;
   }
   const RunResult& r = *own.result;
+  if (!r.driver_error.empty()) {  // the driver claims graphs it did not show: its error, not the system's
+    rep.checks.push_back(bad("capture_clean", Disposition::Crashed, r.driver_error));
+    rep.checks.back().cuda_error = "DriverError";  // the error kind: its own bucket
+    rep.disposition = Disposition::Crashed;
+    return rep;
+  }
   if (r.failure && r.failure->error == "cudaErrorMemoryAllocation") {  // nothing can be judged (Disposition)
     CheckResult c;
     c.property = "capture_clean";
@@ -135,7 +141,8 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   }
   Runs runs(spec, opts, rep, backend, r);
   runs.set_live_after(own.live_after);
-  if (r.failure && r.failure->phase == "capture") runs.session_notes["hygiene"] = own.hygiene;
+  runs.set_hygiene_observed(own.hygiene.has_value());
+  if (r.failure && r.failure->phase == "capture" && own.hygiene) runs.session_notes["hygiene"] = *own.hygiene;
   rep.memory = memory_json(r);
   {
     double eager_ms = 0, replay_ms = 0;
@@ -157,9 +164,9 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   for (const Oracle& o : oracles())
     if (wanted(opts, o.name)) rep.checks.push_back(o.judge(runs));
 
+  // A case whose every check is skipped judged nothing: it is skipped, not passed.
   rep.disposition = Disposition::Skipped;
   for (const auto& c : rep.checks) rep.disposition = worse(rep.disposition, c.disposition);
-  if (rep.disposition == Disposition::Skipped) rep.disposition = Disposition::Passed;
   return rep;
 }
 
@@ -175,6 +182,7 @@ Json case_report_to_json(const CaseReport& r) {
     k["property"] = c.property;
     k["disposition"] = disposition_name(c.disposition);
     if (!c.reason.empty()) k["reason"] = c.reason;
+    if (!c.evidence.empty()) k["evidence"] = c.evidence;
     if (c.divergence) {
       k["divergence"] = {{"step", c.divergence->step},
                          {"microbatch", c.divergence->microbatch},

@@ -67,6 +67,9 @@ struct CheckResult {
   std::string property;
   Disposition disposition = Disposition::Skipped;  // Skipped: not applicable to this case
   std::string reason;                              // one line; empty when passed
+  // What was compared, with counts, one line ("24 recompute masks equal their forward masks"):
+  // every passed check has it (a check that observed nothing is skipped, never passed).
+  std::string evidence;
   std::optional<Divergence> divergence;
   std::string api;         // capture failures: the failing call ("cudaStreamSynchronize")
   std::string cuda_error;  // capture failures: "cudaErrorStreamCaptureUnsupported"

@@ -14,11 +14,12 @@ Json coverage_json(const CoverageOutcome& c, const CampaignResult* campaign) {
   Json creq = Json::array();
   for (const auto& q : c.requirements) {
     int n = campaign->classification.count(q.label) ? campaign->classification.at(q.label) : 0;
+    const int judged = judged_cases(*campaign);  // shares of the cases that judged something
     creq.push_back({{"label", q.label},
                     {"min_share", q.min_share},
                     {"count", n},
-                    {"share", campaign->cases ? double(n) / campaign->cases : 0.0},
-                    {"met", campaign->cases == 0 || double(n) / campaign->cases + 1e-12 >= q.min_share},
+                    {"share", judged ? double(n) / judged : 0.0},
+                    {"met", judged == 0 || double(n) / judged + 1e-12 >= q.min_share},
                     {"why", q.why}});
   }
   return {{"checked", c.checked}, {"ok", c.shortfalls.empty()}, {"requirements", creq}, {"shortfalls", c.shortfalls}};
@@ -34,7 +35,9 @@ Json campaign_summary_json(const CampaignResult& r) {
   Json s = Json::object();
   s["cases"] = r.cases;
   s["by_disposition"] = r.by_disposition;
-  s["classification"] = r.classification;
+  s["classification"] = r.classification;  // over judged (not skipped) cases
+  s["judged_cases"] = judged_cases(r);
+  s["properties"] = property_counts_json(r);
   s["findings"] = r.findings;
   s["buckets"] = r.buckets;
   if (!r.known_findings.empty()) {
@@ -73,9 +76,22 @@ void ConsoleReporter::report(const Outcome& o) {
   if (c.jobs > 1 || c.isolate) std::printf(", %d job%s", c.jobs, c.jobs == 1 ? "" : "s");
   std::printf("\n  by disposition:");
   for (const auto& [k, v] : r.by_disposition) std::printf(" %s %d", k.c_str(), v);
-  std::printf("\n  classification (cases under each label):\n");
+  const Json props = property_counts_json(r);
+  if (!props.empty()) {
+    std::printf("\n  properties (checks judged / skipped):");
+    for (const auto& [p, q] : props.items()) {
+      std::string parts;  // "118 passed, 2 failed": counts first, so they read apart from "by disposition"
+      for (const char* d : {"passed", "failed", "incorrect", "crashed"})
+        if (q.contains(d)) parts += (parts.empty() ? "" : ", ") + std::to_string(q[d].get<int>()) + " " + d;
+      std::printf("\n    %-17s judged %6d%s  skipped %d", p.c_str(), q["judged"].get<int>(),
+                  parts.empty() ? "" : (" (" + parts + ")").c_str(), q["skipped"].get<int>());
+      if (q.contains("out-of-memory")) std::printf(", %d out-of-memory", q["out-of-memory"].get<int>());
+    }
+  }
+  const int judged = judged_cases(r);
+  std::printf("\n  classification (judged cases under each label, %d of %d):\n", judged, r.cases);
   for (const auto& [k, v] : r.classification)
-    std::printf("    %-34s %6d  %5.1f%%\n", k.c_str(), v, r.cases ? 100.0 * v / r.cases : 0.0);
+    std::printf("    %-34s %6d  %5.1f%%\n", k.c_str(), v, judged ? 100.0 * v / judged : 0.0);
   if (!r.findings.empty()) {
     std::printf("  findings (not failures):\n");
     for (const auto& f : r.findings) std::printf("    %s\n", f.c_str());
@@ -158,11 +174,21 @@ JUnitSuite properties_suite(const Outcome& o) {
   s.timestamp = o.context.started_utc.substr(0, 19);
   s.hostname = o.context.host;
   s.properties = {{"seed", std::to_string(o.context.seed)}, {"backend", o.context.backend}, {"cases", std::to_string(r.cases)}};
+  const Json counts = property_counts_json(r);
   for (const std::string& p : o.properties) {
     JUnitCase c;
     c.name = p;
     c.classname = "recap.properties";
     c.seconds = r.cases ? r.seconds / o.properties.size() : 0.0;
+    if (counts.contains(p)) {  // judged vs skipped checks: a property no case judged is skipped, not passed
+      const int judged = counts[p]["judged"].get<int>(), skipped = counts[p]["skipped"].get<int>();
+      s.properties[p + ".judged"] = std::to_string(judged);
+      s.properties[p + ".skipped"] = std::to_string(skipped);
+      if (judged == 0) {
+        c.skipped = true;
+        c.skip_message = "no case judged " + p + " (" + std::to_string(skipped) + " skipped)";
+      }
+    }
     for (const auto& f : r.failures) {
       if (f.property != p) continue;
       c.failure_kind = f.disposition == "crashed" ? "error" : "failure";

@@ -8,6 +8,28 @@ namespace recap::reports {
 
 std::string replay_command(const std::string& path) { return "recap replay " + path; }
 
+int judged_cases(const CampaignResult& r) {
+  auto it = r.by_disposition.find("skipped");
+  return r.cases - (it == r.by_disposition.end() ? 0 : it->second);
+}
+
+Json property_counts_json(const CampaignResult& r) {
+  std::map<std::string, std::map<std::string, int>> sum;
+  for (const auto& [c, t] : r.chunks)
+    for (const auto& [p, by] : t.by_property)
+      for (const auto& [d, n] : by) sum[p][d] += n;
+  Json j = Json::object();
+  for (const auto& [p, by] : sum) {
+    Json q = {{"judged", 0}, {"skipped", 0}};
+    for (const auto& [d, n] : by) {
+      q[d] = n;
+      if (d == "passed" || d == "failed" || d == "incorrect" || d == "crashed") q["judged"] = q["judged"].get<int>() + n;
+    }
+    j[p] = q;
+  }
+  return j;
+}
+
 Json failure_to_json(const FailureRecord& f) {
   Json j = Json::object();
   j["property"] = f.property;
@@ -78,7 +100,8 @@ Json chunk_totals_to_json(int chunk, const ChunkTotals& t) {
   Json tallies = Json::object();
   for (const auto& [k, v] : t.finding_tallies) tallies[k] = {v.cases, v.min_bytes, v.max_bytes};
   return {{"chunk", chunk}, {"cases", t.cases}, {"complete", t.complete}, {"by_disposition", t.by_disposition},
-          {"classification", t.classification}, {"buckets", t.buckets}, {"finding_tallies", tallies}};
+          {"classification", t.classification}, {"buckets", t.buckets}, {"finding_tallies", tallies},
+          {"by_property", t.by_property}};
 }
 
 std::pair<int, ChunkTotals> chunk_totals_from_json(const Json& j) {
@@ -89,6 +112,8 @@ std::pair<int, ChunkTotals> chunk_totals_from_json(const Json& j) {
     t.by_disposition = j.at("by_disposition").get<std::map<std::string, int>>();
     t.classification = j.at("classification").get<std::map<std::string, int>>();
     t.buckets = j.at("buckets").get<std::map<std::string, int>>();
+    // Absent from reports written before it: their chunks count no property.
+    t.by_property = j.value("by_property", std::map<std::string, std::map<std::string, int>>{});
     for (const auto& [k, v] : j.at("finding_tallies").items())
       t.finding_tallies[k] = {v.at(0).get<int>(), v.at(1).get<int64_t>(), v.at(2).get<int64_t>()};
     return {j.at("chunk").get<int>(), t};

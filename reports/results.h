@@ -46,6 +46,8 @@ struct ChunkTotals {
   bool complete = false;
   std::map<std::string, int> by_disposition, classification, buckets;
   std::map<std::string, FindingTally> finding_tallies;
+  // property -> disposition -> checks (every case's check of it, skipped ones included).
+  std::map<std::string, std::map<std::string, int>> by_property;
 };
 Json chunk_totals_to_json(int chunk, const ChunkTotals& t);
 // Throws std::runtime_error naming the field that is wrong.
@@ -106,6 +108,11 @@ struct Outcome {
 };
 
 std::string replay_command(const std::string& path);  // "recap replay PATH"
+// The cases that judged something (not skipped): what coverage shares are counted over.
+int judged_cases(const CampaignResult& r);
+// Per property, over the campaign's chunks: {"judged": passed+failed+incorrect+crashed, "skipped",
+// and each disposition's count}.
+Json property_counts_json(const CampaignResult& r);
 
 // JSON forms (what a worker process hands its parent; the report's summary).
 Json failure_to_json(const FailureRecord& f);

@@ -76,7 +76,7 @@ int gate(GateArgs a) {
 
   // 3. coverage
   const auto& reqs = reports::default_coverage(!o.policy.empty());
-  std::vector<std::string> cov = a.no_coverage ? std::vector<std::string>{} : reports::check_coverage(r.classification, r.cases, reqs);
+  std::vector<std::string> cov = a.no_coverage ? std::vector<std::string>{} : reports::check_coverage(r.classification, reports::judged_cases(r), reqs);
   for (const auto& c : cov) std::printf("  %s\n", c.c_str());
   if (cov.empty() && !a.no_coverage) std::printf("  coverage: %zu requirements met\n", reqs.size());
 

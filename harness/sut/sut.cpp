@@ -339,8 +339,8 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
     out.result = run_result_of(obs, spec);
     if (obs.header.contains("recap")) {
       const Json& x = obs.header["recap"];
-      out.live_after = x.value("live_after", int64_t{0});
-      out.hygiene = x.value("hygiene", std::string());
+      if (x.contains("live_after")) out.live_after = x["live_after"].get<int64_t>();
+      if (x.contains("hygiene")) out.hygiene = x["hygiene"].get<std::string>();
       out.backend = x.value("backend", std::string());
     }
     out.device_name = obs.header.value("device", std::string());

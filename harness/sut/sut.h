@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <sys/types.h>
 #include <unordered_set>
@@ -19,8 +20,11 @@ namespace recap::sut {
 
 struct SutRun {
   training::RunResult result;
-  int64_t live_after = 0;  // device bytes the run left behind
-  std::string hygiene;     // when the capture failed: training::hygiene_after_failed_capture
+  // Device bytes the run left behind; nullopt when the system does not report them (frameworks).
+  std::optional<int64_t> live_after;
+  // When the capture failed: training::hygiene_after_failed_capture ("" clean); nullopt when the
+  // system sends no hygiene observation (frameworks; CONTRACT: hygiene is then skipped).
+  std::optional<std::string> hygiene;
   std::string device_name, backend;  // what the worker ran it on
 };
 

@@ -12,6 +12,7 @@
 
 #include "harness/base/names.h"
 #include "harness/sut/capabilities.h"
+#include "harness/sut/observed.h"
 #include "models/registry.h"
 
 namespace recap::sut {
@@ -84,7 +85,7 @@ Message observation_of(const training::RunResult& r, const Json& id) {
                        {"pass", runtime::phase_name(e.site.phase)}, {"seed", e.seed}, {"offset", e.offset},
                        {"count", e.count}, {"generator", e.generator}});
     steps.push_back({{"step", s.step}, {"phase", s.phase}, {"losses", losses}, {"masks", Json::array()},
-                     {"draws", draws}, {"ms", json_number(s.ms)}});
+                     {"draws", draws}, {"replays", Json(s.replays)}, {"ms", json_number(s.ms)}});
     const std::string st = std::to_string(s.step);
     for (size_t mb = 0; mb < s.microbatches.size(); ++mb)
       for (size_t i = 0; i < s.microbatches[mb].grads.size(); ++i)
@@ -94,6 +95,8 @@ Message observation_of(const training::RunResult& r, const Json& id) {
     for (size_t i = 0; i < s.params.size(); ++i) m.frames.push_back(f32_frame("param " + st + " " + std::to_string(i), s.params[i]));
   }
   h["steps"] = steps;
+  // What the executor captured and launched (CONTRACT: "graphs"), as a framework driver reports it.
+  h["graphs"] = {{"captures", r.captures ? Json(*r.captures) : Json::object()}};
   h["memory"] = memory_json(r);
   // What recap's own oracles read beyond the common fields (run_result_of reads them back).
   Json cap = Json::array();
@@ -173,7 +176,10 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     r.ledger_summary = x.value("ledger_summary", std::string());
     r.recompute_mismatches = x.value("recompute_mismatches", size_t{0});
     r.reused_masks = x.value("reused_masks", size_t{0});
+    if (h.contains("graphs")) r.captures = need(h["graphs"], "captures", "observation.graphs").get<std::map<std::string, int>>();
+    else r.captures = std::nullopt;  // the system does not observe graphs
     const Json& step_memory = own ? need(x, "step_memory", "observation.recap") : Json::array();
+    std::vector<std::vector<MaskDraw>> mask_draws;  // per step: another system's draws as it reported them
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
     const int act = static_cast<int>(device::MemCategory::Activations);
@@ -184,6 +190,8 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       s.phase = need(sj, "phase", "steps").get<std::string>();
       s.ms = number(need(sj, "ms", "steps"));
       const std::string st = std::to_string(s.step);
+      if (sj.contains("replays")) s.replays = sj["replays"].get<std::map<std::string, int>>();
+      mask_draws.emplace_back();
       const Json& losses = need(sj, "losses", "steps");
       for (size_t mb = 0; mb < losses.size(); ++mb) {
         training::MicrobatchRecord rec;
@@ -210,8 +218,15 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
           e.count = d.value(mask ? "numel" : "count", uint64_t{0});
           e.generator = mask ? "mask" : d.value("generator", std::string());
           if (mask) {  // the mask itself when the worker sent it (mask_frames)
+            MaskDraw md{e.site.layer, e.site.op, e.site.microbatch, e.site.phase, 0, d.value("checkpointed", false), e.seed};
+            int seen = 0;  // a draw without "index" is numbered by its order among its key's draws
+            for (const auto& o : mask_draws.back())
+              seen += o.layer == md.layer && o.op == md.op && o.microbatch == md.microbatch && o.pass == md.pass;
+            md.index = d.value("index", seen);
+            mask_draws.back().push_back(md);
             const std::string name = "mask " + st + " " + std::to_string(e.site.microbatch) + " " +
-                                     d.value("pass", std::string("forward")) + " " + e.site.layer + " " + e.site.op;
+                                     d.value("pass", std::string("forward")) + " " + e.site.layer + " " + e.site.op + " " +
+                                     std::to_string(md.index);
             if (const Frame* f = m.frame(name)) {
               if (f->dtype != "u8" || f->bytes.size() != e.count)
                 throw ProtocolError("observation: frame '" + name + "' is not " + std::to_string(e.count) + " u8 values");
@@ -229,7 +244,6 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     if (!own) {
       // What recap's runtime counts itself: recomputed masks unlike their forward mask, forward
       // masks seen again at a later step; and the figures memory judges.
-      std::map<std::tuple<int, std::string, std::string, int>, uint64_t> forward;
       std::map<std::tuple<std::string, std::string, int, uint64_t>, int> first_step;
       size_t fwd = 0, rec = 0, small = 0;
       // A mask is a few bits of entropy per element (0.47 at p = 0.1): two independent draws of a
@@ -245,26 +259,21 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
         for (const auto& e : s.ledger)
           if (e.site.phase == runtime::Phase::Forward) {
             ++fwd;
-            forward[{s.step, e.site.layer, e.site.op, e.site.microbatch}] = e.seed;
             if (static_cast<double>(e.count) * bits_per_element < 40.0) {
               ++small;
               continue;
             }
             auto [it, fresh] = first_step.try_emplace({e.site.layer, e.site.op, e.site.microbatch, e.seed}, s.step);
             if (!fresh && it->second != s.step) ++r.reused_masks;
-          }
-      for (const auto& s : r.steps)
-        for (const auto& e : s.ledger)
-          if (e.site.phase == runtime::Phase::Recompute) {
+          } else if (e.site.phase == runtime::Phase::Recompute) {
             ++rec;
-            auto it = forward.find({s.step, e.site.layer, e.site.op, e.site.microbatch});
-            if (it == forward.end() || it->second != e.seed) ++r.recompute_mismatches;
           }
+      judge_recompute_draws(r, mask_draws);
       r.ledger_summary = std::to_string(fwd + rec) + " masks (" + std::to_string(fwd) + " forward, " + std::to_string(rec) +
                          " recompute), " + std::to_string(r.recompute_mismatches) + " recompute mismatches" +
                          (small ? ", " + std::to_string(small) + " forward masks under 40 bits not judged for reuse" : "");
       const Json& mem = h.value("memory", Json::object());
-      for (const auto& s : r.steps) r.captured = r.captured || s.phase == "replay";
+      judge_graphs(r, spec);
       r.capture_memory.device.peak_bytes = mem.value("capture_peak_bytes", int64_t{0});
       r.capture_memory.allocator.pool_peak_reserved_bytes = mem.value("graph_pool_bytes", int64_t{0});
       r.capture_memory.allocator.tensors[act].peak_bytes = mem.value("activations_in_graphs_bytes", int64_t{0});

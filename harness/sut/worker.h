@@ -22,8 +22,9 @@ namespace recap::sut {
 Message observation_of(const training::RunResult& r, const Json& id);
 // The run an observation describes, as recap's oracles read it. From recap's runtime (the "recap"
 // extension) it is the inverse of observation_of; from another system the RNG ledger is built
-// from the reported masks (a draw per mask, its digest for the realized values) and the memory
-// from the common figures. SkippedBySut for status "skipped"; ProtocolError when it is not an
+// from the reported masks (a draw per mask, its digest for the realized values) and judged by
+// CONTRACT.md's rule, graphs from its "graphs" captures and steps' "replays" (observed.h), and the
+// memory from the common figures. SkippedBySut for status "skipped"; ProtocolError when it is not an
 // observation, or lacks a field or frame.
 training::RunResult run_result_of(const Message& obs, const training::CaseSpec& spec);
 // A worker could not run the case as specified (status "skipped"): its one-line reason.

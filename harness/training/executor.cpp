@@ -201,6 +201,7 @@ class PerLayerGraphs : public Executor {
     if (fault_on(Fault::FreeUnderGraph)) rebind_static_inputs();
     out.captured = true;
     out.graphs = static_cast<int>(units_.size());
+    for (const Unit& u : units_) ++(*out.captures)[t_.layers[u.layer]->name()];
     out.capture_ms = t_.now_ms() - t0;
     fill_capture_memory(t_, out);
     return true;
@@ -245,6 +246,7 @@ class PerLayerGraphs : public Executor {
     const Unit& u = units_[idx];
     check(t_.rng.replay_prologue(u.rng, s), "replay prologue", describe(u));
     check(t_.dev.graph_launch(u.exec, s), "cudaGraphLaunch", describe(u));
+    ++replays_[t_.layers[u.layer]->name()];  // what the step launched (observation_of reports it)
     cursor_ = (cursor_ + 1) % units_.size();
   }
 
@@ -323,7 +325,10 @@ class PerLayerGraphs : public Executor {
       for (int m = 0; m < M; ++m) t_.copy_grads(c, m);
     pos_ = Position{"replay", "", "", -1, step};
     models::sgd_update(c, t_.params, t_.spec.lr);
-    return t_.finish_step(step, "replay", loss, last, t0);
+    StepRecord rec = t_.finish_step(step, "replay", loss, last, t0);
+    rec.replays = std::move(replays_);
+    replays_.clear();
+    return rec;
   }
 
   // warmup-consumes-rng (bug class 7): a graph builder's own warmup forward of every graphed
@@ -414,6 +419,7 @@ class PerLayerGraphs : public Executor {
   std::vector<std::vector<Saved>> cap_saved_;                        // [layer][microbatch]
   std::vector<Unit> units_;                                          // in record order
   std::map<std::tuple<size_t, int, bool>, size_t> index_;
+  std::map<std::string, int> replays_;  // graph launches of the current replay step, by layer
   size_t cursor_ = 0;
   PoolId shared_pool_ = 0;
   std::vector<PoolId> pools_;
@@ -509,6 +515,7 @@ class FullIterationGraph : public Executor {
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "after capture");
     out.captured = true;
     out.graphs = 1;
+    out.captures = std::map<std::string, int>{{"iteration", 1}};
     out.capture_ms = t_.now_ms() - t0;
     fill_capture_memory(t_, out);
     return true;
@@ -523,7 +530,9 @@ class FullIterationGraph : public Executor {
     Ctx c = t_.ctx(t_.main);
     c.step = step;
     models::sgd_update(c, t_.params, t_.spec.lr);
-    return t_.finish_step(step, "replay", loss_, last_, t0);
+    StepRecord rec = t_.finish_step(step, "replay", loss_, last_, t0);
+    rec.replays["iteration"] = 1;
+    return rec;
   }
 
   void teardown() {

@@ -60,6 +60,15 @@ struct RunResult {
   std::optional<RunFailure> failure;
   bool captured = false;           // graphs were created
   int graphs = 0;                  // how many
+  // Graph captures observed, by label (as StepRecord::replays). nullopt: the system under test
+  // does not report captures (an observation without "graphs"), so graphed steps are not evidenced.
+  std::optional<std::map<std::string, int>> captures = std::map<std::string, int>{};
+  // Another system's run that claims graphs the observation does not show (drivers/PROTOCOL.md):
+  // "driver error: ..." (the case is crashed, property capture_clean); "" otherwise.
+  std::string driver_error;
+  // Another system's RNG ledger judged by run_result_of (CONTRACT: one recompute draw per
+  // checkpointed forward draw): the first problem, and what was compared when there was none.
+  std::string ledger_problem, ledger_evidence;
   double capture_ms = 0.0;
   MemorySnapshot capture_memory;   // peaks over the capture (what the graphs hold at replay)
   std::string ledger_summary;

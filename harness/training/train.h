@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct StepRecord {
   std::vector<std::vector<float>> grads;       // after the step's last backward, before the update
   std::vector<std::vector<float>> params;      // after the update
   std::vector<LedgerEntry> ledger;             // the step's draws
+  // Graph replays observed during the step, by label (a top-level layer's name, "iteration" for
+  // a whole-step graph): what the executor launched, or what another system reported.
+  std::map<std::string, int> replays;
   MemorySnapshot memory;
   double ms = 0.0;
 };

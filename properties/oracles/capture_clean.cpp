@@ -9,8 +9,14 @@ namespace recap::properties {
 
 namespace {
 CheckResult judge(Runs& runs) {
-  const auto& failure = runs.main().failure;
-  if (!failure) return passed("capture_clean");
+  const training::RunResult& r = runs.main();
+  const auto& failure = r.failure;
+  if (!failure) {
+    if (r.steps.empty()) return skipped("capture_clean", "the run recorded no step");
+    std::string ev = "no capture or run error in " + std::to_string(r.steps.size()) + " steps";
+    if (r.captured) ev += " (" + std::to_string(r.graphs) + (r.graphs == 1 ? " graph" : " graphs") + " captured)";
+    return passed("capture_clean", ev);
+  }
   CheckResult c = bad("capture_clean", Disposition::Failed, failure->line());
   c.api = failure->api;
   c.cuda_error = failure->error;

@@ -12,7 +12,18 @@ CheckResult judge(Runs& runs) {
   const char* p = "eager_vs_graphed";
   if (runs.spec().executor == training::ExecutorKind::Eager) return skipped(p, "an eager case");
   if (!runs.ran()) return skipped(p, "the run failed");
-  return compare_with_twin(p, runs, runs.eager_twin(), "the eager twin", "vs eager");
+  const training::RunResult& r = runs.main();
+  if (!r.captures) return skipped(p, "the system under test does not report graph captures and replays");
+  int replays = 0;
+  for (const auto& s : r.steps)
+    for (const auto& [label, n] : s.replays) replays += n;
+  if (!r.captured || r.graphs == 0 || replays == 0)
+    return skipped(p, "no graph was captured and replayed: nothing graphed to compare");
+  CheckResult c = compare_with_twin(p, runs, runs.eager_twin(), "the eager twin", "vs eager");
+  if (c.disposition == Disposition::Passed)
+    c.evidence = std::to_string(r.graphs) + (r.graphs == 1 ? " graph" : " graphs") + " replayed " + std::to_string(replays) +
+                 " times; " + c.evidence;
+  return c;
 }
 }  // namespace
 

@@ -36,16 +36,18 @@ CaseSpec injected_failure(CaseSpec s) {
 bool capture_failed(const training::RunResult& r) { return r.failure && r.failure->phase == "capture"; }
 
 // A hygiene answer: "" clean; out of memory judges nothing; anything else is what is wrong.
-CheckResult verdict(const char* p, const std::string& h) {
-  if (h.empty()) return passed(p);
+CheckResult verdict(const char* p, const std::string& h, const std::string& after) {
+  if (h.empty()) return passed(p, after + ": phase flags clear, no stream capturing, no pending checkpoint record, the next eager step ran");
   if (h.rfind(training::kHygieneOutOfMemory, 0) == 0) return skipped(p, h);
   return bad(p, Disposition::Incorrect, h);
 }
 
 CheckResult judge(Runs& runs) {
   const char* p = "hygiene";
+  // A framework driver sends no hygiene observation (CONTRACT): nothing to judge, never passed.
+  if (!runs.hygiene_observed()) return skipped(p, "the system under test does not observe hygiene after a failed capture");
   if (capture_failed(runs.main())) {
-    return verdict(p, runs.session_notes["hygiene"]);
+    return verdict(p, runs.session_notes["hygiene"], "after the case's own failed capture");
   }
   CaseSpec inj = injected_failure(runs.spec());
   auto t0 = std::chrono::steady_clock::now();
@@ -66,7 +68,8 @@ CheckResult judge(Runs& runs) {
     if (!capture_failed(*ir.result)) {
       c = skipped(p, "the injected capture failure did not happen");
     } else {
-      c = verdict(p, ir.hygiene);
+      if (!ir.hygiene) c = skipped(p, "the system under test does not observe hygiene after a failed capture");
+      else c = verdict(p, *ir.hygiene, "after an injected capture failure");
     }
   } catch (const std::exception& e) {
     c = bad(p, Disposition::Crashed, std::string("after an injected capture failure: ") + e.what());

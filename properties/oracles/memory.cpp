@@ -1,11 +1,13 @@
 // memory: nothing stays live on the device after teardown; when recompute runs inside graphs,
-// the activation memory the graphs hold is judged against the same case without checkpoints:
+// the activation memory the graphs hold is judged against the same case without checkpoints
+// (skipped, naming its trouble, when that twin did not run through or captured nothing):
 //   skip        recompute is bypassed inside graphs (Megatron-LM PR #3919): what the graph-safe
 //               policy would have saved is a finding, with its bytes (a failure with
 //               --require-memory-savings; docs/recompute-and-rng.md, bug class 2). A system
 //               without a graph-safe policy is judged against the no-checkpoint twin instead.
 //   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
-//               is reported.
+//   and naive   is reported.
+// A check that judged neither (frameworks report no bytes live after teardown) is skipped.
 // The case's memory figures (memory_json) go into every report, judged or not.
 #include <algorithm>
 
@@ -42,13 +44,19 @@ int64_t activations_peak_in_graphs(const RunResult& r) { return r.capture_memory
 CheckResult judge(Runs& runs) {
   const CaseSpec& spec = runs.spec();
   const RunResult& r = runs.main();
-  CheckResult c = passed("memory");
-  std::vector<std::string> problems;
-  if (runs.live_after() != 0)
-    problems.push_back(std::to_string(runs.live_after()) + " bytes still live on the device after teardown");
+  CheckResult c = passed("memory", "");
+  std::vector<std::string> problems, evidence;
+  const std::optional<int64_t> live = runs.live_after();
+  if (live && *live != 0) problems.push_back(std::to_string(*live) + " bytes still live on the device after teardown");
+  if (live && *live == 0) evidence.push_back("0 bytes live after teardown");
+  std::string not_judged;  // why the in-graph figures were not judged although the case has them
   if (runs.ran() && r.captured && checkpoint_in_graph(spec)) {
     const Run& plain = runs.no_checkpoint_twin();
-    if (twin_trouble("", plain).empty() && plain.result->captured) {
+    if (std::string t = twin_trouble("the no-checkpoint twin", plain); !t.empty()) {
+      not_judged = t;
+    } else if (!plain.result->captured) {
+      not_judged = "the no-checkpoint twin captured no graph";
+    } else {
       int64_t base = activations_peak_in_graphs(*plain.result);
       int64_t mine = activations_peak_in_graphs(r);
       runs.report().memory["no_checkpoint_activations_peak_in_graphs"] = base;
@@ -69,37 +77,46 @@ CheckResult judge(Runs& runs) {
         if (twin_trouble("", gs).empty() && gs.result->captured) {
           int64_t want = activations_peak_in_graphs(*gs.result);
           runs.report().memory["graph_safe_activations_peak_in_graphs"] = want;
+          evidence.push_back("activations inside graphs " + std::to_string(mine) + " B vs " + std::to_string(want) +
+                             " B under graph-safe (" + std::to_string(base) + " B without checkpoints)");
           if (mine > want)
             lost_saving(mine - want, "memory: recompute lost inside graphs (skip): " + std::to_string(mine - want) +
                                          " bytes of activations (peak " + std::to_string(mine) + " B vs " +
                                          std::to_string(want) + " B under graph-safe, " + std::to_string(base) +
                                          " B without checkpoints)");
-        } else if (mine >= base) {
-          // No graph-safe twin (a framework after Megatron-LM PR #3919 runs only skip): inside
-          // graphs the case holds what it holds without checkpoints, so it lost everything but
-          // the checkpointed regions' inputs, which recompute would have kept.
-          const int64_t inputs = static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * input;
-          const int64_t lost = std::max<int64_t>(0, mine - inputs);
-          if (lost > 0)
-            lost_saving(lost, "memory: recompute lost inside graphs (skip): " + std::to_string(lost) +
-                                  " bytes of activations (peak " + std::to_string(mine) + " B inside graphs, " +
-                                  std::to_string(base) + " B without checkpoints; the checkpoints' inputs are " +
-                                  std::to_string(inputs) + " B; no graph-safe twin: " + twin_trouble("it", gs) + ")");
+        } else {
+          evidence.push_back("activations inside graphs " + std::to_string(mine) + " B vs " + std::to_string(base) +
+                             " B without checkpoints (no graph-safe twin)");
+          if (mine >= base) {
+            // No graph-safe twin (a framework after Megatron-LM PR #3919 runs only skip): inside
+            // graphs the case holds what it holds without checkpoints, so it lost everything but
+            // the checkpointed regions' inputs, which recompute would have kept.
+            const int64_t inputs = static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * input;
+            const int64_t lost = std::max<int64_t>(0, mine - inputs);
+            if (lost > 0)
+              lost_saving(lost, "memory: recompute lost inside graphs (skip): " + std::to_string(lost) +
+                                    " bytes of activations (peak " + std::to_string(mine) + " B inside graphs, " +
+                                    std::to_string(base) + " B without checkpoints; the checkpoints' inputs are " +
+                                    std::to_string(inputs) + " B; no graph-safe twin: " + twin_trouble("it", gs) + ")");
+          }
         }
-      } else if (spec.policy == CheckpointPolicy::GraphSafe) {
-        // Prediction (an upper bound): inside graphs, per microbatch, each checkpoint holds its
-        // input (one [tokens, hidden] tensor) and its RNG pair (16 bytes); during a backward one
-        // region's recomputed activations are live (at most what the baseline saves), besides
-        // what the unchecked layers save (at most the baseline). More than that means recompute
-        // keeps what it should have freed.
+      } else {
+        // graph-safe and naive (a naive case whose capture went through): the prediction, an upper
+        // bound: inside graphs, per microbatch, each checkpoint holds its input (one [tokens,
+        // hidden] tensor) and its RNG pair (16 bytes); during a backward one region's recomputed
+        // activations are live (at most what the baseline saves), besides what the unchecked
+        // layers save (at most the baseline). More than that means recompute keeps what it
+        // should have freed.
         int64_t bound = 2 * base + static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * (input + 16);
         runs.report().memory["predicted_max_activations_peak_in_graphs"] = bound;
         if (mine > bound)
           problems.push_back("recompute costs activation memory inside graphs: peak " + std::to_string(mine) +
                              " B, over the bound " + std::to_string(bound) + " B (" + std::to_string(base) +
                              " B without checkpoints)");
-        else if (mine < base)
-          runs.report().memory["saved_in_graphs"] = base - mine;
+        else
+          evidence.push_back("activations inside graphs " + std::to_string(mine) + " B <= bound " + std::to_string(bound) +
+                             " B (" + std::to_string(base) + " B without checkpoints)");
+        if (mine < base) runs.report().memory["saved_in_graphs"] = base - mine;
       }
     }
   }
@@ -107,7 +124,18 @@ CheckResult judge(Runs& runs) {
     c.disposition = Disposition::Incorrect;
     c.reason = problems[0];
     for (size_t i = 1; i < problems.size(); ++i) c.reason += "; " + problems[i];
+    return c;
   }
+  // A check that judged nothing it was meant to is skipped with the reason, never passed.
+  if (!not_judged.empty()) return skipped("memory", "nothing to judge inside graphs: " + not_judged);
+  if (evidence.empty())
+    return skipped("memory", std::string("nothing to judge: ") +
+                                 (checkpoint_in_graph(spec) && runs.ran() && !r.captured ? "no graph was captured"
+                                  : checkpoint_in_graph(spec) && !runs.ran()              ? "the run failed"
+                                                                                          : "no checkpoint runs inside a graph") +
+                                 ", and the system under test does not report the bytes live after teardown");
+  c.evidence = evidence[0];
+  for (size_t i = 1; i < evidence.size(); ++i) c.evidence += "; " + evidence[i];
   return c;
 }
 

@@ -30,8 +30,12 @@ struct Run {
   std::string out_of_memory;  // the case ran out of device memory outside the run's own error handling
   std::string skipped;  // the system under test cannot run it as specified: its reason
   double ms = 0;
-  int64_t live_after = 0;  // device bytes live after teardown
-  std::string hygiene;     // after a failed capture: training::hygiene_after_failed_capture
+  // Device bytes live after teardown; nullopt when the system under test does not report them
+  // (frameworks): not observed, never 0.
+  std::optional<int64_t> live_after;
+  // After a failed capture: training::hygiene_after_failed_capture ("" clean); nullopt when the
+  // system under test does not observe hygiene (a framework driver sends none).
+  std::optional<std::string> hygiene;
   std::string device_name, backend;  // what it ran on ("sim", "NVIDIA H200"; "sim", "cuda")
 };
 std::unique_ptr<device::Device> new_device(device::BackendChoice b);
@@ -41,11 +45,14 @@ Run run_on_fresh_device(const training::CaseSpec& spec, const OracleOptions& opt
 std::string twin_trouble(const char* what, const Run& r);
 // Where two runs of the same case first differ, bitwise (steps in order; per microbatch the loss
 // then every gradient; then the step's gradients and the parameters after the update).
-std::optional<Divergence> first_divergence(const training::RunResult& a, const training::RunResult& b);
+// `equal` (when given) counts the tensors found bitwise equal before the first divergence.
+std::optional<Divergence> first_divergence(const training::RunResult& a, const training::RunResult& b,
+                                           size_t* equal = nullptr);
 
 class Runs;
 // The case's run against a twin, bit for bit: skipped when the twin did not run through (naming
-// it as `twin_name`), incorrect at their first divergence ("<versus>: step 3, ...").
+// it as `twin_name`) or nothing was compared, incorrect at their first divergence ("<versus>:
+// step 3, ..."); passed with "5 steps x 2 microbatches, 412 tensors bitwise equal to <twin_name>".
 CheckResult compare_with_twin(const char* property, const Runs& runs, const Run& twin, const char* twin_name,
                               const char* versus);
 
@@ -61,8 +68,12 @@ class Runs {
   device::Backend backend() const { return backend_; }  // what the case ran on
   const training::RunResult& main() const { return main_; }
   bool ran() const { return main_.ok(); }
-  int64_t live_after() const { return live_after_; }  // device bytes live once the case's device is torn down
-  void set_live_after(int64_t bytes) { live_after_ = bytes; }
+  // Device bytes live once the case's device is torn down; nullopt: not observed.
+  std::optional<int64_t> live_after() const { return live_after_; }
+  void set_live_after(std::optional<int64_t> bytes) { live_after_ = bytes; }
+  // Whether the system under test reports hygiene after a failed capture (Run::hygiene).
+  bool hygiene_observed() const { return hygiene_observed_; }
+  void set_hygiene_observed(bool b) { hygiene_observed_ = b; }
 
   const Run& eager_twin();
   const Run& no_checkpoint_twin();
@@ -80,7 +91,8 @@ class Runs {
   CaseReport& report_;
   device::Backend backend_;
   const training::RunResult& main_;
-  int64_t live_after_ = 0;
+  std::optional<int64_t> live_after_;
+  bool hygiene_observed_ = true;
   std::optional<Run> eager_, plain_, graph_safe_;
 };
 
@@ -121,7 +133,7 @@ bool masks_sent(const training::StepRecord& step);
 Oracle hygiene_oracle();
 
 // Check results.
-CheckResult passed(const std::string& property);
+CheckResult passed(const std::string& property, const std::string& evidence);
 CheckResult skipped(const std::string& property, const std::string& why);
 CheckResult bad(const std::string& property, Disposition d, const std::string& why);
 

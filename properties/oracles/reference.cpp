@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "harness/runtime/tensor.h"
 #include "properties/oracles/oracle.h"
@@ -71,9 +72,10 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
     }
   }
 
-  CheckResult c = passed(p);
+  CheckResult c = passed(p, "");
   std::optional<Divergence> worst;  // by error over tolerance
   double worst_ratio = -1.0;
+  size_t grads_compared = 0;
   for (const Unit& u : units) {
     mc::Comparison cmp;
     try {
@@ -91,6 +93,7 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
       return bad(p, Disposition::Crashed, std::string("the reference run threw: ") + e.what());
     }
     const double tol = mc::tolerance(u.model);
+    grads_compared += cmp.grads.size();
     Divergence d;
     d.step = 0;
     d.microbatch = 0;
@@ -119,6 +122,13 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
     }
   }
   c.divergence = worst;  // the worst quantity, passed or not
+  if (c.disposition == Disposition::Passed && worst) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s, %zu unit%s: y, dx and %zu gradients against fp64, worst rel L2 %.2e (%s, tolerance %.0e)",
+                  bf16 ? "bf16" : "fp32", units.size(), units.size() == 1 ? "" : "s", grads_compared,
+                  worst->rel_l2_error.value_or(0.0), worst->tensor.c_str(), worst->tolerance);
+    c.evidence = buf;
+  }
   if (reduced_from > 0 && c.disposition == Disposition::Passed)
     c.reason = "checked on fewer tokens than the case's " + std::to_string(reduced_from) + " (fp64 cost bound)";
   return c;

@@ -21,10 +21,11 @@ const std::vector<std::string>& property_names() {
   return names;
 }
 
-CheckResult passed(const std::string& property) {
+CheckResult passed(const std::string& property, const std::string& evidence) {
   CheckResult c;
   c.property = property;
   c.disposition = Disposition::Passed;
+  c.evidence = evidence;
   return c;
 }
 

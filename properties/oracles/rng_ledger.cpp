@@ -2,16 +2,38 @@
 // forward mask repeats across steps. The most precise RNG oracle: it names the draws, where the
 // bitwise comparisons only see their effect (docs/recompute-and-rng.md, bug classes 3, 4, 5, 16,
 // 17). The ledger records the values kernels realized, so a graph replay is judged too.
+#include "harness/runtime/phase.h"
 #include "properties/oracles/oracle.h"
 
 namespace recap::properties {
 
 namespace {
-CheckResult judge(Runs& runs) {
+// Another system (CONTRACT, rng_ledger): run_result_of judged one recompute draw per checkpointed
+// forward draw, digest for digest (ledger_problem / ledger_evidence); reuse keeps recap's rule.
+CheckResult judge_other_system(Runs& runs) {
   const char* p = "rng_ledger";
   const training::RunResult& r = runs.main();
-  size_t draws = 0;
-  for (const auto& s : r.steps) draws += s.ledger.size();
+  if (!r.ledger_problem.empty() || r.reused_masks > 0) {
+    std::string why = r.ledger_problem;
+    if (r.reused_masks > 0)
+      why += (why.empty() ? "" : "; ") + std::to_string(r.reused_masks) + " forward masks reused across steps";
+    return bad(p, Disposition::Incorrect, why + " (" + r.ledger_summary + ")");
+  }
+  if (r.ledger_evidence.empty())
+    return skipped(p, runs.ran() ? "no draw inside a checkpoint observed" : "the run failed");
+  return passed(p, r.ledger_evidence + "; no forward mask reused across steps");
+}
+
+CheckResult judge(Runs& runs) {
+  const char* p = "rng_ledger";
+  if (runs.options().sut && !runs.options().sut->recap_runtime()) return judge_other_system(runs);
+  const training::RunResult& r = runs.main();
+  size_t forward = 0, recomputed = 0;
+  for (const auto& s : r.steps)
+    for (const auto& e : s.ledger) {
+      forward += e.site.phase == runtime::Phase::Forward;
+      recomputed += e.site.phase == runtime::Phase::Recompute;
+    }
   if (r.recompute_mismatches > 0 || r.reused_masks > 0) {
     std::string why;
     if (r.recompute_mismatches > 0)
@@ -20,8 +42,9 @@ CheckResult judge(Runs& runs) {
       why += (why.empty() ? "" : "; ") + std::to_string(r.reused_masks) + " forward masks reused across steps";
     return bad(p, Disposition::Incorrect, why + " (" + r.ledger_summary + ")");
   }
-  if (draws == 0) return skipped(p, runs.ran() ? "no random draws" : "the run failed");
-  return passed(p);
+  if (forward + recomputed == 0) return skipped(p, runs.ran() ? "no random draws" : "the run failed");
+  return passed(p, std::to_string(recomputed) + " recomputed draws equal their forward draws; " + std::to_string(forward) +
+                       " forward draws over " + std::to_string(r.steps.size()) + " steps, none reused across steps");
 }
 }  // namespace
 

@@ -34,7 +34,7 @@ uint64_t ulps(float a, float b) {
 }
 
 // Compares a tensor; fills `d` and returns false on the first bitwise difference.
-bool same(const std::vector<float>& a, const std::vector<float>& b, Divergence* d) {
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, Divergence* d) {
   if (a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0)) return true;
   d->max_abs_error = 0;
   d->max_ulps = 0;
@@ -58,7 +58,16 @@ bool same(const std::vector<float>& a, const std::vector<float>& b, Divergence* 
 
 }  // namespace
 
-std::optional<Divergence> first_divergence(const RunResult& a, const RunResult& b) {
+std::optional<Divergence> first_divergence(const RunResult& a, const RunResult& b, size_t* equal) {
+  size_t unused = 0;
+  size_t& n_equal = equal ? *equal : unused;
+  n_equal = 0;
+  // Counts each tensor found equal: same() returns true for it.
+  auto same = [&n_equal](const std::vector<float>& x, const std::vector<float>& y, Divergence* d) {
+    if (!same_bits(x, y, d)) return false;
+    ++n_equal;
+    return true;
+  };
   Divergence d;
   size_t n = std::min(a.steps.size(), b.steps.size());
   for (size_t s = 0; s < n; ++s) {
@@ -152,6 +161,7 @@ std::string twin_trouble(const char* what, const Run& r) {
   if (!r.skipped.empty()) return std::string(what) + " was skipped by the system under test: " + r.skipped;
   if (!r.crash.empty()) return std::string(what) + " crashed: " + r.crash;
   if (!r.out_of_memory.empty()) return std::string(what) + " ran out of device memory: " + r.out_of_memory;
+  if (!r.result->driver_error.empty()) return std::string(what) + " crashed: " + r.result->driver_error;
   if (r.result->failure) return std::string(what) + " failed: " + r.result->failure->line();
   return "";
 }
@@ -160,12 +170,16 @@ CheckResult compare_with_twin(const char* property, const Runs& runs, const Run&
                               const char* versus) {
   std::string trouble = twin_trouble(twin_name, twin);
   if (!trouble.empty()) return skipped(property, trouble);
-  if (auto d = first_divergence(runs.main(), *twin.result)) {
+  size_t equal = 0;
+  if (auto d = first_divergence(runs.main(), *twin.result, &equal)) {
     CheckResult c = bad(property, Disposition::Incorrect, std::string(versus) + ": " + d->describe());
     c.divergence = d;
     return c;
   }
-  return passed(property);
+  if (equal == 0) return skipped(property, std::string("nothing compared with ") + twin_name + ": the runs recorded no tensor");
+  const auto& steps = runs.main().steps;
+  return passed(property, std::to_string(steps.size()) + " steps x " + std::to_string(runs.spec().microbatches) +
+                              " microbatches, " + std::to_string(equal) + " tensors bitwise equal to " + twin_name);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 // Cost: one fp64 pass of the model, as `reference`.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "harness/training/train.h"
 #include "models/check.h"
@@ -56,9 +57,11 @@ CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec
   worst.tolerance = tol;
   double worst_err = -1.0;
   const auto& got = step.microbatches[0].grads;
+  size_t compared = 0;
   for (size_t i = 0; i < names.size() && i < got.size(); ++i) {
     const auto it = grads.find(names[i]);
     if (it == grads.end()) continue;
+    ++compared;
     double err = mc::rel_l2(got[i], it->second);
     if (std::isnan(err)) err = INFINITY;
     if (err > worst_err) {
@@ -68,7 +71,12 @@ CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec
       worst.max_abs_error = mc::max_abs(got[i], it->second);
     }
   }
-  CheckResult c = passed(property);
+  // No parameter name matched the reference's: nothing was compared (another system's names).
+  if (compared == 0) return skipped(property, at + ": no parameter name of the run matches the fp64 reference's");
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s: %zu gradients against fp64 from %s, worst rel L2 %.2e (%s, tolerance %.0e)",
+                at.c_str(), compared, from.c_str(), worst_err, worst.tensor.c_str(), tol);
+  CheckResult c = passed(property, buf);
   if (worst_err >= 0) c.divergence = worst;
   if (!std::isfinite(worst_err) || worst_err > mc::kNoiseFactor * tol) {
     c.disposition = Disposition::Incorrect;
