@@ -17,7 +17,8 @@ esac
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
           nlohmann-json3-dev libcli11-dev
           python3-jsonschema libxml2-utils  # tests validate the report and the JUnit file
-          clang)                            # the sanitize preset (ASan + UBSan), which `test` runs too
+          clang                             # the sanitize preset (ASan + UBSan), which `test` runs too
+          python3-venv)                     # the drivers' Python environment (below)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,6 +33,47 @@ if ((${#missing[@]})); then
 fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
+fi
+
+# The drivers' Python environment: a venv in .venv-drivers with the pins of
+# drivers/requirements-cpu.txt (torch on the CPU, ~4.7 GB, about 2 minutes from PyPI); installed
+# for `test` (the driver tests and cli.sut_torch_* run against it; RECAP_REQUIRE_TORCH makes a
+# skip for want of torch a failure) and for a `run` whose arguments ask for torch or megatron.
+# Left alone when every pin is installed already.
+venv=.venv-drivers
+req=drivers/requirements-cpu.txt
+pins_installed() {
+  [ -x "$venv/bin/python" ] && "$venv/bin/python" - "$req" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, want = line.split("==")
+        try:
+            if version(name) != want: sys.exit(1)
+        except PackageNotFoundError:
+            sys.exit(1)
+PY
+}
+need_venv=0
+[ "$mode" = test ] && need_venv=1
+for a in "$@"; do
+  case "$a" in torch* | megatron* | --sut=torch* | --sut=megatron*) need_venv=1 ;; esac
+done
+if ((need_venv)); then
+  if ! pins_installed; then
+    echo "bootstrap: installing $req in $venv (torch, ~4.7 GB)"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir -r "$req"  # no second copy in ~/.cache
+    pins_installed || { echo "bootstrap: $venv does not hold the pins of $req after installing" >&2; exit 1; }
+  fi
+  echo "bootstrap: drivers' Python $venv/bin/python, torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
+fi
+if [ "$mode" = test ]; then
+  export RECAP_REQUIRE_TORCH=1  # tests/drivers.cmake: the driver tests and cli.sut_torch_* must run, not skip
+elif ((need_venv)); then
+  export RECAP_PYTHON="${RECAP_PYTHON:-$PWD/$venv/bin/python}"  # the interpreter of recap's torch and megatron workers
 fi
 
 cmake --preset default

@@ -4,6 +4,13 @@ set -u
 name="$1"; recap="$2"; work="$3"; schema="$4"; src="$5"
 rm -rf "$work"; mkdir -p "$work"; cd "$work" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
+# The torch checks: skipped (77) where $RECAP_PYTHON (CMake: the drivers' interpreter) has no
+# torch, failed where RECAP_REQUIRE_TORCH is set (scripts/bootstrap.sh test, so CI).
+need_torch() {  # PYTHON
+  "$1" -c 'import torch' 2>/dev/null && return
+  [ -z "${RECAP_REQUIRE_TORCH:-}" ] || fail "RECAP_REQUIRE_TORCH is set but $1 cannot import torch"
+  echo "no torch for $1: skipped"; exit 77
+}
 
 # A python3 with jsonschema (Debian: python3-jsonschema); exit 77 (skipped) where there is none.
 pyjs() {
@@ -515,7 +522,7 @@ sut_torch_fuzz_draws_supported)
   # policy, the graph-safe generator, torch's device-state model; non-reentrant checkpoints as
   # well as reentrant ones): no case is skipped, every case ran. Skipped (77) without torch.
   py=${RECAP_PYTHON:-python3}
-  "$py" -c 'import torch' 2>/dev/null || { echo "no torch for $py: skipped"; exit 77; }
+  need_torch "$py"
   version=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
   "$recap" fuzz --sut torch --backend sim --cases 20 --seed 1 --corpus-dir found --report t.json > out.txt 2> err.txt
   rc=$?; head -3 out.txt
@@ -542,7 +549,7 @@ sut_torch_eager)
   # mask element other than it applied (RECAP_DRIVER_FAULT=wrong-mask-frame, step 0 only) fails
   # the reference and only it. Skipped (77) where torch is not importable.
   py=${RECAP_PYTHON:-python3}
-  "$py" -c 'import torch' 2>/dev/null || { echo "no torch for $py: skipped"; exit 77; }
+  need_torch "$py"
   "$recap" replay --sut torch --backend sim "$src/tests/cli/data/torch-naive-eager.json" --report t.json > out.txt 2> err.txt
   rc=$?; cat out.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "exit $rc"; }
