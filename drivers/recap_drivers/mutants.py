@@ -365,10 +365,19 @@ def _mcore_random():
     return r
 
 
-def _called_from_checkpoint_backward(depth: int = 2) -> bool:
-    f = sys._getframe(depth)
-    return f.f_code.co_name == "backward" and f.f_code.co_filename.replace("\\", "/").endswith(
+def _in_random_py(f, name: str) -> bool:
+    return f is not None and f.f_code.co_name == name and f.f_code.co_filename.replace("\\", "/").endswith(
         "megatron/core/tensor_parallel/random.py")
+
+
+def _called_from_checkpoint_backward() -> bool:
+    """The restore before CheckpointFunction's recompute: called by its backward directly (0.15.3
+    restores each state there), or through _set_all_rng_states called by it (later versions). Not
+    _fork_rng's restore on the way out, nor a tracker fork."""
+    f = sys._getframe(2)  # 0: here, 1: the patched function, 2: its caller
+    if _in_random_py(f, "_set_all_rng_states"):
+        f = f.f_back
+    return _in_random_py(f, "backward")
 
 
 def _install_mcore_recompute(hook):
@@ -384,11 +393,9 @@ def _install_mcore_recompute(hook):
 
 def _install_mcore_tracker_not_restored():
     r = _mcore_random()
-    classes = {r.CudaRNGStatesTracker}
-    try:
-        classes.add(type(r.get_cuda_rng_tracker()))
-    except Exception:  # not initialized yet: the class is what it will be
-        pass
+    # the class, not get_cuda_rng_tracker(): that call would initialize the tracker with default
+    # arguments before the driver does (and later initializations are ignored: class 23)
+    classes = [r.CudaRNGStatesTracker]
     for cls in classes:
         if "set_states" not in cls.__dict__:
             raise RuntimeError(f"{cls.__name__} has no set_states")
@@ -404,7 +411,8 @@ def _install_mcore_tracker_not_restored():
 
 def _install_mcore_cuda_rng_not_restored():
     r = _mcore_random()
-    if not hasattr(r, "_set_cuda_rng_state") or "_set_cuda_rng_state" not in r.CheckpointFunction.backward.__code__.co_names:
+    names = set(r.CheckpointFunction.backward.__code__.co_names)
+    if not hasattr(r, "_set_cuda_rng_state") or not names & {"_set_cuda_rng_state", "_set_all_rng_states"}:
         raise RuntimeError("CheckpointFunction.backward does not restore through _set_cuda_rng_state")
     orig = r._set_cuda_rng_state
 
