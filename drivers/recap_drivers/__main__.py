@@ -36,16 +36,37 @@ def main(argv=None) -> int:
     if problem:
         print(f"recap_drivers: {problem}", file=sys.stderr)
         return 2
+    # A framework mutant (mutants.py): named once, here; unset, nothing is imported or patched.
+    from . import mutants
+
+    mutant, problem = mutants.requested(args.sut)
+    if problem:
+        print(f"recap_drivers: {problem}", file=sys.stderr)
+        return 2
     if args.sut == "megatron":
-        def factory():
+        def make():
             from .megatron_sut import MegatronSUT
 
             return MegatronSUT(args.device)
     else:
-        def factory():
+        def make():
             from .torch_sut import TorchSUT
 
             return TorchSUT(args.device)
+
+    def factory():
+        s = make()
+        if mutant is not None:
+            mutants.install(mutant)  # after the framework is imported, before the first case
+        plain = s.hello
+
+        def hello():  # the hello lists this SUT's mutants and which this worker can fire
+            h = plain()
+            h["mutants"] = mutants.listing(args.sut, h.get("capabilities", {}), h.get("device", ""))
+            return h
+
+        s.hello = hello
+        return s
 
     try:
         return serve(factory, inp, out)

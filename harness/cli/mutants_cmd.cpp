@@ -4,9 +4,18 @@
 // otherwise a kill would say nothing about the fault. Each kill is shrunk (as recap fuzz does) and
 // written to --corpus-dir with the fault in the case, so `recap replay FILE` reproduces it.
 // Exit 0 every fault killed, 1 one survived or a baseline failed, 2 bad usage.
+//
+// With --sut torch|megatron[@V] the mutants are the framework's (drivers/recap_drivers/mutants.py,
+// listed by the driver's hello): one campaign per mutant in a worker started with
+// RECAP_FRAMEWORK_MUTANT=<name>, after a clean baseline in a worker without one. A mutant the worker
+// cannot fire (a graph mutant on the CPU) is "not exercised", never killed nor survived.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "harness/base/json_read.h"
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
@@ -26,6 +35,9 @@ struct MutantsArgs {
   std::vector<std::string> faults;  // empty: every fault
   std::string report;
   std::string corpus_dir = "corpus/found/mutants";
+  SutFlags sut;                       // --sut torch|megatron: the framework's mutants
+  std::vector<std::string> mutants;   // --mutant NAME: only these framework mutants; all when absent
+  std::string known_findings;         // --known-findings FILE: buckets the baseline may fail in
 };
 
 // The policy a fault's campaign runs under: graph-safe, recap's sound configuration, except for
@@ -74,7 +86,13 @@ Json mutant_json(const Mutant& m) {
   return j;
 }
 
+int framework_mutants(const MutantsArgs& a);
+
 int mutants(const MutantsArgs& a) {
+  if (a.sut.sut != "recap" && a.sut.sut != "recap-worker") return framework_mutants(a);
+  if (!a.mutants.empty() || !a.known_findings.empty())
+    throw UsageError(std::string(!a.mutants.empty() ? "--mutant" : "--known-findings") +
+                     ": framework mutants need --sut torch or --sut megatron (recap's own are --fault)");
   FuzzFlags f;
   f.backend = a.backend;
   f.seed = a.seed;
@@ -82,6 +100,7 @@ int mutants(const MutantsArgs& a) {
   f.shrink_limit = a.shrink_limit;
   f.report = a.report;
   f.corpus_dir = a.corpus_dir;
+  f.sut = a.sut;
   bool seed_random = false;
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);  // checks --report and --corpus-dir first
@@ -185,6 +204,242 @@ int mutants(const MutantsArgs& a) {
   return all_killed && !baseline_failed ? kExitOk : kExitFailed;
 }
 
+
+// ---- framework mutants (--sut torch|megatron) --------------------------------------------------
+
+struct FrameworkMutant {
+  std::string name, description, upstream, not_exercised;  // not_exercised: the worker's reason, "" when it can fire
+  int bug_class = 0;
+  bool cpu = false;
+  std::string verdict;  // killed, survived, not exercised
+  int cases = 0;        // run in all; when killed, up to and including the first failing case outside the known findings
+  double seconds = 0.0; // to that case's verdict (killed) or the whole campaign
+  std::string bucket, property, disposition, reason, corpus_file;
+  int layers = 0, steps = 0, shrinks = 0;
+  bool confirmed = false;  // the shrunk kill failed the same way again in a fresh worker
+};
+
+// One fixed-seed campaign against a worker (made with o.sut, whose environment names the mutant):
+// the first failing case whose bucket is not known is the kill. With known findings every case
+// runs (a known bucket must not end the campaign); without, it stops at the first failure.
+struct FrameworkCampaign {
+  int cases = 0;
+  double seconds = 0.0;
+  int kill_case = 0;    // 0: no failure outside the known findings
+  double kill_s = 0.0;
+  std::string kill_bucket;
+  CampaignResult result;
+};
+
+FrameworkCampaign framework_campaign(CampaignOptions o, const std::set<std::string>& known) {
+  if (!o.fuzz.oracle.sut) {  // a worker of its own, started with o.sut's environment
+    SystemUnderTest w = make_sut(o.sut, o.sut.sut, o.backend);  // UsageError: the worker did not start
+    o.fuzz.oracle.sut = w.sut;
+    o.sut_info = w.info;
+  }
+  o.fuzz.keep_going = !known.empty();
+  o.fuzz.max_failures = 1;
+  std::vector<double> at;  // at[k]: seconds when the k-th case's verdict was in
+  auto seen = [&](const properties::Progress& p) {
+    if (static_cast<int>(at.size()) <= p.done) at.resize(p.done + 1, -1.0);
+    if (at[p.done] < 0) at[p.done] = p.elapsed_s;
+  };
+  properties::FuzzStats st = properties::fuzz(o.fuzz, seen);
+  FrameworkCampaign c;
+  c.cases = st.cases;
+  c.seconds = st.seconds;
+  for (size_t i = 0; i < st.reports.size(); ++i) {
+    const std::string b = properties::bucket_of(st.reports[i]);
+    if (b.empty() || known.count(b)) continue;
+    c.kill_case = static_cast<int>(i) + 1;
+    c.kill_s = c.kill_case < static_cast<int>(at.size()) && at[c.kill_case] >= 0 ? at[c.kill_case] : st.seconds;
+    c.kill_bucket = b;
+    break;
+  }
+  c.result = from_stats(st);
+  return c;
+}
+
+Json framework_mutant_json(const FrameworkMutant& m) {
+  Json j = {{"mutant", m.name}, {"bug_class", m.bug_class}, {"upstream", m.upstream}, {"cpu", m.cpu},
+            {"description", m.description}, {"verdict", m.verdict}};
+  if (m.verdict == "not exercised") {
+    j["reason"] = m.not_exercised;
+    return j;
+  }
+  j["cases"] = m.cases;
+  j["seconds"] = m.seconds;
+  if (m.verdict == "killed") {
+    j["bucket"] = m.bucket;
+    j["property"] = m.property;
+    j["disposition"] = m.disposition;
+    j["reason"] = m.reason;
+    j["layers"] = m.layers;
+    j["steps"] = m.steps;
+    j["shrinks"] = m.shrinks;
+    j["confirmed"] = m.confirmed;
+    j["corpus_file"] = m.corpus_file;
+  }
+  return j;
+}
+
+// The kill's file names its mutant in "sut" (framework_mutant), so `recap replay FILE` starts a
+// worker with it installed; the description says so.
+void name_mutant_in_file(const std::string& path, const std::string& mutant) {
+  Json j;
+  if (std::string err = read_json_file(path, &j); !err.empty()) throw UsageError("--corpus-dir: " + err);
+  j["sut"]["framework_mutant"] = mutant;
+  j["description"] = "recap mutants: the framework mutant " + mutant + " (drivers/recap_drivers/mutants.py) killed by " +
+                     j["expected"].value("property", std::string("?")) + ". Replays with the mutant installed (sut.framework_mutant). " +
+                     j.value("description", std::string());
+  std::string err;
+  if (!reports::write_text_file(path, j.dump(2) + "\n", &err)) throw UsageError("--corpus-dir: " + err);
+}
+
+int framework_mutants(const MutantsArgs& a) {
+  if (!a.faults.empty())
+    throw UsageError("--fault: fault points are recap's own runtime's; --sut " + a.sut.sut + " has framework mutants (--mutant)");
+  for (const auto& kv : a.sut.worker_env)
+    if (kv.rfind("RECAP_FRAMEWORK_MUTANT=", 0) == 0)
+      throw UsageError("--worker-env " + kv + ": recap mutants sets RECAP_FRAMEWORK_MUTANT itself (--mutant chooses)");
+  const std::set<std::string> known = read_known_findings(a.known_findings);  // a bad file stops us first
+  FuzzFlags f;
+  f.backend = a.backend;
+  f.seed = a.seed;
+  f.cases = a.cases;
+  f.shrink_limit = a.shrink_limit;
+  f.report = a.report;
+  f.corpus_dir = a.corpus_dir;
+  f.sut = a.sut;
+  bool seed_random = false;
+  std::string device;
+  CampaignOptions o = campaign_options(f, &seed_random, &device);  // starts and greets the plain worker
+
+  const Json& listed = o.sut_info.mutants;
+  if (!listed.is_array() || listed.empty())
+    throw UsageError("--sut " + a.sut.sut + ": its driver lists no framework mutants in its hello");
+  std::vector<FrameworkMutant> out;
+  for (const Json& e : listed) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string())
+      throw UsageError("--sut " + a.sut.sut + ": its hello's mutants: an entry without a name");
+    FrameworkMutant m;
+    m.name = e["name"].get<std::string>();
+    m.description = e.value("description", std::string());
+    m.upstream = e.value("upstream", std::string());
+    m.not_exercised = e.value("not_exercised", std::string());
+    m.bug_class = e.value("bug_class", 0);
+    m.cpu = e.value("cpu", false);
+    out.push_back(std::move(m));
+  }
+  if (!a.mutants.empty()) {
+    std::vector<FrameworkMutant> chosen;
+    std::string names;
+    for (const auto& m : out) names += (names.empty() ? "" : ", ") + m.name;
+    for (const std::string& n : a.mutants) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const FrameworkMutant& m) { return m.name == n; });
+      if (it == out.end()) throw UsageError("--mutant: '" + n + "' is not a mutant of " + a.sut.sut + " (known: " + names + ")");
+      chosen.push_back(*it);
+    }
+    out = chosen;
+  }
+
+  std::printf("recap mutants: %zu framework mutants of %s %s on %s, seed %" PRIu64 ", up to %d cases each%s\n", out.size(),
+              o.sut_info.name.c_str(), o.sut_info.version.c_str(), o.sut_info.device.c_str(), o.fuzz.seed, a.cases,
+              known.empty() ? "" : (", " + std::to_string(known.size()) + " known findings").c_str());
+  std::fflush(stdout);
+  FrameworkCampaign base = framework_campaign(o, known);  // in the plain worker campaign_options greeted
+  o.fuzz.oracle.sut.reset();  // which ends now: each mutant gets a worker of its own
+  const bool clean = base.kill_case == 0;
+  std::printf("  baseline: %d cases, %s\n", base.cases,
+              clean ? (known.empty() ? "no failure" : "no failure outside the known findings")
+                    : ("FAILS: case " + std::to_string(base.kill_case) + ", " + base.kill_bucket).c_str());
+  std::printf("  %-32s %-5s %-4s %-14s %6s %8s  %s\n", "mutant", "class", "cpu", "verdict", "cases", "seconds", "caught by / why not");
+  for (FrameworkMutant& m : out) {
+    if (!m.not_exercised.empty()) {
+      m.verdict = "not exercised";
+    } else {
+      CampaignOptions mo = o;  // no worker yet: framework_campaign starts one with the mutant
+      mo.sut.worker_env.push_back("RECAP_FRAMEWORK_MUTANT=" + m.name);
+      FrameworkCampaign c;
+      try {
+        c = framework_campaign(mo, known);
+      } catch (const UsageError& e) {  // the mutant does not install on this framework (its feature is absent)
+        m.verdict = "not exercised";
+        m.not_exercised = std::string("the worker did not start with it: ") + e.what();
+      }
+      if (m.verdict.empty()) {
+        m.cases = c.kill_case ? c.kill_case : c.cases;
+        m.seconds = c.kill_case ? c.kill_s : c.seconds;
+        m.verdict = c.kill_case ? "killed" : "survived";
+      }
+      if (c.kill_case) {
+        m.bucket = c.kill_bucket;
+        CampaignResult& r = c.result;
+        // the kill's counterexample (its bucket's, shrunk), confirmed in a fresh worker with the mutant
+        auto it = std::find_if(r.failures.begin(), r.failures.end(), [&](const FailureRecord& x) { return x.bucket == c.kill_bucket; });
+        if (it != r.failures.end()) {
+          FailureRecord kill = *it;
+          r.failures = {kill};
+          const std::string dir = (std::filesystem::path(a.corpus_dir) / m.name).string();
+          settle_failures(r, mo, known, dir);
+          const FailureRecord& k = r.failures[0];
+          m.property = k.property;
+          m.disposition = k.disposition;
+          m.reason = k.reason;
+          m.shrinks = k.shrinks;
+          m.confirmed = k.flaky.empty();
+          m.corpus_file = k.corpus_path;
+          training::CaseSpec spec;
+          if (training::case_from_json(k.case_json, &spec).empty()) {
+            m.layers = static_cast<int>(spec.layers.size());
+            m.steps = spec.steps();
+          }
+          if (!m.corpus_file.empty()) name_mutant_in_file(m.corpus_file, m.name);
+        }
+      }
+    }
+    std::string why = m.verdict == "killed" ? m.property + " " + m.disposition + (m.confirmed ? "" : " (not confirmed)")
+                      : m.verdict == "not exercised" ? m.not_exercised : "-";
+    std::printf("  %-32s %-5d %-4s %-14s %6s %8s  %s\n", m.name.c_str(), m.bug_class, m.cpu ? "yes" : "no",
+                m.verdict == "survived" ? "SURVIVED" : m.verdict.c_str(),
+                m.verdict == "not exercised" ? "-" : std::to_string(m.cases).c_str(),
+                m.verdict == "not exercised" ? "-" : ([&] { char b[32]; std::snprintf(b, sizeof b, "%.3f", m.seconds); return std::string(b); })().c_str(),
+                why.c_str());
+    std::fflush(stdout);
+  }
+
+  std::vector<double> times;
+  std::string survived;
+  int skipped = 0;
+  for (const auto& m : out) {
+    if (m.verdict == "killed") times.push_back(m.seconds);
+    if (m.verdict == "survived") survived += (survived.empty() ? "" : ", ") + m.name;
+    skipped += m.verdict == "not exercised";
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times.empty() ? 0.0 : times[times.size() / 2];
+  const double worst = times.empty() ? 0.0 : times.back();
+  std::printf("  killed %zu of %zu exercised (%d not exercised)%s; time to kill: median %.3f s, max %.3f s\n", times.size(),
+              out.size() - skipped, skipped, survived.empty() ? "" : (" (survived: " + survived + ")").c_str(), median, worst);
+  if (!a.report.empty()) {
+    Json j = {{"schema", "recap.mutants/1"}, {"seed", o.fuzz.seed}, {"cases", a.cases}, {"backend", o.backend},
+              {"sut", {{"name", o.sut_info.name}, {"version", o.sut_info.version}, {"device", o.sut_info.device}}}};
+    Json kf = Json::array();
+    for (const auto& k : known) kf.push_back(k);
+    j["baselines"] = Json::array({{{"policy", "drawn"}, {"cases", base.cases}, {"passed", clean}, {"known_findings", kf},
+                                   {"first_failure_bucket", base.kill_bucket}}});
+    Json ms = Json::array();
+    for (const auto& m : out) ms.push_back(framework_mutant_json(m));
+    j["mutants"] = ms;
+    j["summary"] = {{"mutants", out.size()}, {"killed", times.size()},
+                    {"survived", out.size() - times.size() - skipped}, {"not_exercised", skipped},
+                    {"median_seconds_to_kill", median}, {"max_seconds_to_kill", worst}};
+    reports::write_or_throw(a.report, j.dump(2) + "\n", "--report");
+  }
+  if (!clean) std::printf("  the baseline failed: its kills say nothing about the mutants\n");
+  return survived.empty() && clean ? kExitOk : kExitFailed;
+}
+
 }  // namespace
 
 void add_mutants_command(CLI::App& app, Runner* runner) {
@@ -192,7 +447,9 @@ void add_mutants_command(CLI::App& app, Runner* runner) {
   auto* cmd = add_command(app, runner, a, mutants, "mutants",
       "Kill gate of the oracles: per fault point (a named broken mechanism of recap's runtime, docs/faults.md) a "
       "fixed-seed campaign with it on, after a clean baseline without it; killed when a case fails. Kills are shrunk "
-      "and written to --corpus-dir with their fault. Exit 0 every fault killed, 1 one survived, 2 bad usage.");
+      "and written to --corpus-dir with their fault. With --sut torch|megatron: the framework's mutants, each in a worker "
+      "that installs it; one the worker cannot fire is not exercised. Exit 0 every (exercised) fault killed, 1 one "
+      "survived, 2 bad usage.");
   add_backend_option(*cmd, &a->backend);
   cmd->add_option("--seed", a->seed, "Campaign seed (digits)")->capture_default_str();
   cmd->add_option("--cases", a->cases, "Cases per campaign before a fault counts as survived")
@@ -202,7 +459,18 @@ void add_mutants_command(CLI::App& app, Runner* runner) {
   cmd->add_option("--shrink-limit", a->shrink_limit, "Evaluations one shrink may spend (0: no limit)")
       ->check(CLI::Range(0, 100000000));
   cmd->add_option("--report", a->report, "Write the JSON report here (schema recap.mutants/1)");
-  cmd->add_option("--corpus-dir", a->corpus_dir, "Where each kill's shrunk case is written")->capture_default_str();
+  cmd->add_option("--corpus-dir", a->corpus_dir, "Where each kill's shrunk case is written (framework mutants: one "
+                  "folder per mutant)")->capture_default_str();
+  add_sut_options(*cmd, &a->sut);
+  cmd->get_option("--sut")->description(
+      "recap (default; recap-worker: in a worker process) runs recap's own fault points; torch[@VERSION] or "
+      "megatron[@VERSION] the framework's mutants (drivers/recap_drivers/mutants.py, docs/faults.md), each in a "
+      "worker started with RECAP_FRAMEWORK_MUTANT=<name>");
+  cmd->add_option("--mutant", a->mutants, "Only these framework mutants (repeatable; --sut torch|megatron); all when absent");
+  cmd->add_option("--known-findings", a->known_findings,
+                  "Buckets of the framework's known bugs, one per line (as recap fuzz takes them): the baseline is "
+                  "clean when it fails in none other, and a mutant is killed by a failure outside them")
+      ->check(CLI::ExistingFile);
 }
 
 }  // namespace recap::cli

@@ -249,11 +249,15 @@ int replay(const ReplayArgs& a) {
   // Every file must load before any runs: a bad file is bad input (exit 2), not a failure.
   std::vector<CaseSpec> specs(a.files.size());
   std::vector<std::string> suts(a.files.size());  // the --sut value each file runs on
+  std::vector<std::string> mutants(a.files.size());  // the framework mutant its worker installs ("" none)
   for (size_t i = 0; i < a.files.size(); ++i) {
     CaseFileSut named;
     std::string err = read_case_file(a.files[i], &specs[i], &named);
     if (!err.empty()) throw UsageError(err);
     SutChoice c;
+    mutants[i] = named.framework_mutant;
+    if (!mutants[i].empty() && (named.name == "recap" || named.name == "recap-worker"))
+      throw UsageError(a.files[i] + ": sut.framework_mutant: recap's runtime has fault points (\"faults\"), not framework mutants");
     if (a.sut.sut_given) {
       suts[i] = a.sut.sut;
     } else if (named.name.empty()) {
@@ -269,9 +273,16 @@ int replay(const ReplayArgs& a) {
   open_device(a.backend);  // an unusable backend is bad usage, said once
   const std::string backend = device::backend_name(open_device(a.backend)->backend());
   // Every system the files need, started and greeted before any case runs.
+  // A file found with a framework mutant runs in a worker that installs it (RECAP_FRAMEWORK_MUTANT).
   std::map<std::string, SystemUnderTest> systems;
-  for (const auto& text : suts)
-    if (!systems.count(text)) systems.emplace(text, make_sut(a.sut, text, backend));
+  for (size_t i = 0; i < suts.size(); ++i) {
+    if (!mutants[i].empty()) suts[i] += " with mutant " + mutants[i];
+    if (systems.count(suts[i])) continue;
+    SutFlags f = a.sut;
+    if (!mutants[i].empty()) f.worker_env.push_back("RECAP_FRAMEWORK_MUTANT=" + mutants[i]);
+    const std::string text = suts[i].substr(0, suts[i].find(' '));
+    systems.emplace(suts[i], make_sut(f, text, backend));
+  }
   std::vector<ReplayOutcome> outs;
   int differ = 0;
   for (size_t i = 0; i < a.files.size(); ++i) {

@@ -193,6 +193,7 @@ void WorkerSut::start() {
   info_.version = rep.header.value("version", std::string());
   info_.device = rep.header.value("device", std::string());
   info_.capabilities = rep.header["capabilities"];
+  if (rep.header.contains("mutants")) info_.mutants = rep.header["mutants"];
 }
 
 SutInfo WorkerSut::hello() {

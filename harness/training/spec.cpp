@@ -370,10 +370,11 @@ std::string read_case_file(const std::string& path, CaseSpec* out, CaseFileSut* 
     try {
       const Json& u = j["sut"];
       if (!u.is_object()) fail("sut", "expected an object {name, version}, got " + type_of(u));
-      check_keys(u, "sut", {"name", "version"});
+      check_keys(u, "sut", {"name", "version", "framework_mutant"});
       if (!u.contains("name")) fail("sut.name", "missing");
       named.name = get_string(u["name"], "sut.name");
       if (u.contains("version")) named.version = get_string(u["version"], "sut.version");
+      if (u.contains("framework_mutant")) named.framework_mutant = get_string(u["framework_mutant"], "sut.framework_mutant");
     } catch (const ParseError& e) {
       return one_line(path, 120) + ": " + one_line(e.what);
     }

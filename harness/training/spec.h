@@ -145,6 +145,7 @@ Json case_to_json(const CaseSpec& spec);
 struct CaseFileSut {
   std::string name;     // "" when the file names none
   std::string version;  // "" when it names none
+  std::string framework_mutant;  // "" or the framework mutant it was found with (recap mutants --sut torch|megatron)
 };
 
 // Reads and validates a case file; returns "" or one line: "cannot open 'x.json': No such file

@@ -565,6 +565,55 @@ sut_torch_eager)
     fail "a wrong mask frame: the reference did not see it"
   grep -q "training          passed" bad.txt || fail "a wrong mask frame of step 0: training should pass"
   ;;
+mutants_framework_torch_cpu)
+  # Framework mutants (drivers/recap_drivers/mutants.py) on the CPU: every CPU-capable torch mutant
+  # is killed by a fixed-seed campaign after a clean baseline, every other one is "not exercised"
+  # with its reason (never killed nor survived); each kill is written with its mutant, replays with
+  # it installed, and passes without it (the mutant, not the case, is what fails). An unknown
+  # --mutant is one line, exit 2. Skipped (77) where torch is not importable.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  "$recap" mutants --sut torch --worker-python "$py" --mutant bogus > /dev/null 2> bad.txt
+  rc=$?; cat bad.txt
+  [ "$rc" -eq 2 ] || fail "--mutant bogus: exit $rc, expected 2"
+  [ "$(wc -l < bad.txt)" -eq 1 ] && grep -q "^recap: error: --mutant: 'bogus' is not a mutant of torch" bad.txt ||
+    fail "--mutant bogus: not one line naming it"
+  "$recap" mutants --sut torch --worker-python "$py" --backend sim --seed 1 --cases 40 --shrink-limit 30 \
+    --report m.json --corpus-dir found > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 0 ] || { tail -20 err.txt; fail "exit $rc, expected 0 (every exercised mutant killed)"; }
+  "$py" - m.json "$src/drivers" <<'PY' || fail "the report"
+import json, os, sys
+sys.path.insert(0, sys.argv[2])
+from recap_drivers import mutants
+r = json.load(open(sys.argv[1]))
+assert r["schema"] == "recap.mutants/1" and r["sut"]["device"] == "cpu", r["sut"]
+assert r["baselines"][0]["passed"], r["baselines"]
+got = {m["mutant"]: m for m in r["mutants"]}
+assert set(got) == {m.name for m in mutants.for_sut("torch")}, sorted(got)
+for m in mutants.for_sut("torch"):
+    e = got[m.name]
+    if m.cpu:
+        assert e["verdict"] == "killed" and e["confirmed"], (m.name, e)
+        assert e["bucket"] and e["cases"] >= 1 and e["seconds"] > 0, e
+        f = json.load(open(e["corpus_file"]))
+        assert f["sut"]["framework_mutant"] == m.name and f["sut"]["name"] == "torch", f["sut"]
+    else:
+        assert e["verdict"] == "not exercised" and "cpu" in e["reason"], (m.name, e)
+s = r["summary"]
+assert s["killed"] == sum(m.cpu for m in mutants.for_sut("torch")) and s["survived"] == 0, s
+assert 0 < s["median_seconds_to_kill"] <= s["max_seconds_to_kill"], s
+print("killed:", ", ".join(f"{n} ({e['cases']} cases, {e['seconds']:.1f} s, {e['property']})"
+                           for n, e in got.items() if e["verdict"] == "killed"))
+PY
+  kill=$(ls found/ckpt-no-rng-preserve/*.json | head -1)
+  "$recap" replay --worker-python "$py" "$kill" > r1.txt 2> err.txt || { cat r1.txt; tail -5 err.txt; fail "the kill does not replay with its mutant"; }
+  grep -q "as expected" r1.txt || fail "replay: not as expected"
+  "$py" -c 'import json,sys; f=json.load(open(sys.argv[1])); del f["sut"]["framework_mutant"]; json.dump(f, open("plain.json","w"))' "$kill"
+  "$recap" replay --worker-python "$py" plain.json > r2.txt 2> err.txt
+  rc=$?; cat r2.txt
+  [ "$rc" -eq 1 ] && grep -q "DIFFERS: verdict passed" r2.txt || fail "without its mutant the kill should pass (exit 1, DIFFERS), got $rc"
+  ;;
 fuzz_shards_merge)
   "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --shard 0/2 --corpus-dir s0 --report s0.json > /dev/null; r0=$?
   GTEST_SHARD_INDEX=1 GTEST_TOTAL_SHARDS=2 "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --corpus-dir s1 --report s1.json > /dev/null; r1=$?
