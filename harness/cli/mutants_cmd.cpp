@@ -231,13 +231,13 @@ struct FrameworkCampaign {
   CampaignResult result;
 };
 
-FrameworkCampaign framework_campaign(CampaignOptions o, const std::set<std::string>& known) {
+FrameworkCampaign framework_campaign(CampaignOptions o, const KnownFindings& known) {
   if (!o.fuzz.oracle.sut) {  // a worker of its own, started with o.sut's environment
     SystemUnderTest w = make_sut(o.sut, o.sut.sut, o.backend);  // UsageError: the worker did not start
     o.fuzz.oracle.sut = w.sut;
     o.sut_info = w.info;
   }
-  o.fuzz.keep_going = !known.empty();
+  o.fuzz.keep_going = known.given();
   o.fuzz.max_failures = 1;
   std::vector<double> at;  // at[k]: seconds when the k-th case's verdict was in
   auto seen = [&](const properties::Progress& p) {
@@ -250,7 +250,8 @@ FrameworkCampaign framework_campaign(CampaignOptions o, const std::set<std::stri
   c.seconds = st.seconds;
   for (size_t i = 0; i < st.reports.size(); ++i) {
     const std::string b = properties::bucket_of(st.reports[i]);
-    if (b.empty() || known.count(b)) continue;
+    // accepted only by a known finding's bucket and configuration, judged on this case's own spec
+    if (b.empty() || !accepting_finding(known, b, st.reports[i].spec).empty()) continue;
     c.kill_case = static_cast<int>(i) + 1;
     c.kill_s = c.kill_case < static_cast<int>(at.size()) && at[c.kill_case] >= 0 ? at[c.kill_case] : st.seconds;
     c.kill_bucket = b;
@@ -302,7 +303,7 @@ int framework_mutants(const MutantsArgs& a) {
   for (const auto& kv : a.sut.worker_env)
     if (kv.rfind("RECAP_FRAMEWORK_MUTANT=", 0) == 0)
       throw UsageError("--worker-env " + kv + ": recap mutants sets RECAP_FRAMEWORK_MUTANT itself (--mutant chooses)");
-  const std::set<std::string> known = read_known_findings(a.known_findings);  // a bad file stops us first
+  const KnownFindings known = read_known_findings(a.known_findings);  // a bad file stops us first
   FuzzFlags f;
   f.backend = a.backend;
   f.seed = a.seed;
@@ -345,13 +346,13 @@ int framework_mutants(const MutantsArgs& a) {
 
   std::printf("recap mutants: %zu framework mutants of %s %s on %s, seed %" PRIu64 ", up to %d cases each%s\n", out.size(),
               o.sut_info.name.c_str(), o.sut_info.version.c_str(), o.sut_info.device.c_str(), o.fuzz.seed, a.cases,
-              known.empty() ? "" : (", " + std::to_string(known.size()) + " known findings").c_str());
+              !known.given() ? "" : (", " + std::to_string(known.entries.size()) + " known findings").c_str());
   std::fflush(stdout);
   FrameworkCampaign base = framework_campaign(o, known);  // in the plain worker campaign_options greeted
   o.fuzz.oracle.sut.reset();  // which ends now: each mutant gets a worker of its own
   const bool clean = base.kill_case == 0;
   std::printf("  baseline: %d cases, %s\n", base.cases,
-              clean ? (known.empty() ? "no failure" : "no failure outside the known findings")
+              clean ? (!known.given() ? "no failure" : "no failure outside the known findings")
                     : ("FAILS: case " + std::to_string(base.kill_case) + ", " + base.kill_bucket).c_str());
   std::printf("  %-32s %-5s %-4s %-14s %6s %8s  %s\n", "mutant", "class", "cpu", "verdict", "cases", "seconds", "caught by / why not");
   for (FrameworkMutant& m : out) {
@@ -425,7 +426,7 @@ int framework_mutants(const MutantsArgs& a) {
     Json j = {{"schema", "recap.mutants/1"}, {"seed", o.fuzz.seed}, {"cases", a.cases}, {"backend", o.backend},
               {"sut", {{"name", o.sut_info.name}, {"version", o.sut_info.version}, {"device", o.sut_info.device}}}};
     Json kf = Json::array();
-    for (const auto& k : known) kf.push_back(k);
+    for (const auto& k : known.entries) kf.push_back(k.id);
     j["baselines"] = Json::array({{{"policy", "drawn"}, {"cases", base.cases}, {"passed", clean}, {"known_findings", kf},
                                    {"first_failure_bucket", base.kill_bucket}}});
     Json ms = Json::array();
@@ -468,7 +469,7 @@ void add_mutants_command(CLI::App& app, Runner* runner) {
       "worker started with RECAP_FRAMEWORK_MUTANT=<name>");
   cmd->add_option("--mutant", a->mutants, "Only these framework mutants (repeatable; --sut torch|megatron); all when absent");
   cmd->add_option("--known-findings", a->known_findings,
-                  "Buckets of the framework's known bugs, one per line (as recap fuzz takes them): the baseline is "
+                  "The framework's known findings (recap.known-findings/1: buckets and the configuration that defines each, as recap fuzz takes them): the baseline is "
                   "clean when it fails in none other, and a mutant is killed by a failure outside them")
       ->check(CLI::ExistingFile);
 }
