@@ -208,7 +208,8 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
       std::printf("  %-17s %s", c.property.c_str(), properties::disposition_name(c.disposition).c_str());
       if (!c.reason.empty()) std::printf(": %s", c.reason.c_str());
       if (!c.evidence.empty()) std::printf(c.reason.empty() ? ": %s" : " [evidence: %s]", c.evidence.c_str());
-      if (!c.api.empty() || !c.cuda_error.empty()) std::printf(" [%s: %s]", c.api.c_str(), c.cuda_error.c_str());
+      if (!c.api.empty() && !c.cuda_error.empty()) std::printf(" [%s: %s]", c.api.c_str(), c.cuda_error.c_str());
+      else if (!c.api.empty() || !c.cuda_error.empty()) std::printf(" [%s]", (c.api + c.cuda_error).c_str());
       if (c.bytes) std::printf(" [%" PRId64 " bytes]", c.bytes);
       std::printf("\n");
     }

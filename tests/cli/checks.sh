@@ -614,6 +614,42 @@ PY
   rc=$?; cat r2.txt
   [ "$rc" -eq 1 ] && grep -q "DIFFERS: verdict passed" r2.txt || fail "without its mutant the kill should pass (exit 1, DIFFERS), got $rc"
   ;;
+sut_torch_planted_faults)
+  # No verdict without evidence, on a real torch (CPU): planted driver faults (RECAP_DRIVER_FAULT,
+  # drivers/PROTOCOL.md) make the driver report less than happened; each must turn the check that
+  # depends on it skipped or incorrect, never passed. The clean run first: its checks pass with
+  # their evidence, and hygiene (which no framework driver observes) is skipped, not passed.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  eager="$src/tests/cli/data/torch-naive-eager.json"
+  run_fault() {  # FAULT CASE: replay with the fault planted in the worker; the output in FAULT.txt
+    if [ "$1" = none ]; then "$recap" replay --sut torch --backend sim "$2" > "$1.txt" 2> err.txt
+    else "$recap" replay --sut torch --backend sim "$2" --worker-env "RECAP_DRIVER_FAULT=$1" > "$1.txt" 2> err.txt; fi
+    echo "== $1: exit $?"; cat "$1.txt"
+  }
+  expect() {  # FILE PATTERN WHAT
+    grep -q "$2" "$1" || fail "$3 (no line '$2' in $1)"
+  }
+  run_fault none "$eager"
+  expect none.txt "rng_ledger        passed" "clean: rng_ledger"
+  expect none.txt "recompute draws equal their checkpointed forward draws" "clean: rng_ledger's evidence"
+  expect none.txt "hygiene           skipped" "clean: hygiene is not observed on torch, so skipped"
+  run_fault no-recompute-draws "$eager"
+  expect no-recompute-draws.txt "rng_ledger        incorrect" "no recompute draws observed"
+  run_fault drop-recompute-mask "$eager"
+  expect drop-recompute-mask.txt "rng_ledger        incorrect" "one recompute mask missing"
+  run_fault twin-fails "$eager"
+  expect twin-fails.txt "recompute_on_off  skipped" "a no-checkpoint twin that fails: recompute_on_off"
+  expect twin-fails.txt "memory            skipped" "a no-checkpoint twin that fails: memory"
+  run_fault no-graphs "$src/tests/cli/data/torch-per-layer-no-graphs.json"
+  expect no-graphs.txt "capture_clean     crashed: driver error" "graphs asked for, none observed"
+  for f in none no-recompute-draws drop-recompute-mask twin-fails no-graphs; do
+    if grep -E "^ *(rng_ledger|recompute_on_off|memory|hygiene|eager_vs_graphed) +passed" "$f.txt" |
+       grep -E "$(case $f in no-recompute-draws|drop-recompute-mask) echo rng_ledger;; twin-fails) echo 'recompute_on_off|memory';; no-graphs) echo eager_vs_graphed;; none) echo hygiene;; esac)"; then
+      fail "$f: the check it starves passed"
+    fi
+  done
+  ;;
 fuzz_shards_merge)
   "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --shard 0/2 --corpus-dir s0 --report s0.json > /dev/null; r0=$?
   GTEST_SHARD_INDEX=1 GTEST_TOTAL_SHARDS=2 "$recap" fuzz --backend sim --policy graph-safe --seed 9 --cases 300 --corpus-dir s1 --report s1.json > /dev/null; r1=$?
