@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+import contextlib
+from typing import Callable, Dict, List, Optional, Tuple
 
 ENV = "RECAP_FRAMEWORK_MUTANT"
 
@@ -31,7 +32,7 @@ ENV = "RECAP_FRAMEWORK_MUTANT"
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    sut: str          # "torch" or "megatron"
+    suts: Tuple[str, ...]  # the SUTs it applies to: "torch", "megatron" (graph mutants act on both)
     bug_class: int    # docs/recompute-and-rng.md, section 3
     upstream: str     # the public issue or PR it is modelled on ("" none)
     needs: str        # "", "cuda" or "graphs"
@@ -96,6 +97,14 @@ def _recompute_without_param_grads(fn, args, kwargs):
     finally:
         for p in ps:
             p.requires_grad_(True)
+
+
+def _recompute_inputs_detached(fn, args, kwargs):
+    # The recompute runs on copies of its inputs cut from the graph the checkpoint's backward reads
+    # their .grad from: the region's input gets no gradient, so everything before it loses its own.
+    import torch
+
+    return fn(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
 
 
 def _devices_of(args) -> list:
@@ -438,55 +447,183 @@ def _mcore_shift_then_run(fn, args, kwargs):
     return fn(*args, **kwargs)
 
 
+# ---- megatron-core: the tracker, the recompute's RNG, DDP's grad buffers ---------------------
+
+
+def _tracker_class():
+    r = _mcore_random()
+    cls = getattr(r, "CudaRNGStatesTracker", None)
+    if cls is None:
+        raise RuntimeError("megatron.core.tensor_parallel.random has no CudaRNGStatesTracker")
+    return r, cls
+
+
+def _own(cls, name: str):
+    if name not in cls.__dict__:
+        raise RuntimeError(f"{cls.__name__} has no {name}")
+    return cls.__dict__[name]
+
+
+def _install_mcore_tracker_states_live():
+    _, cls = _tracker_class()
+    _own(cls, "get_states")
+    if "states_" not in getattr(_own(cls, "set_states"), "__code__", compile("", "", "exec")).co_names:
+        raise RuntimeError("CudaRNGStatesTracker keeps its states elsewhere than states_")
+
+    def get_states(self):
+        return self.states_  # the live dict: the forward's fork exit writes its advance into the snapshot
+
+    get_states.recap_mutant = True
+    cls.get_states = get_states
+
+
+def _fork_name_default(fork) -> str:
+    import inspect
+
+    p = inspect.signature(fork).parameters.get("name")
+    if p is None or p.default is inspect.Parameter.empty:
+        raise RuntimeError("CudaRNGStatesTracker.fork takes no name with a default")
+    return p.default
+
+
+def _install_mcore_fork_not_advancing():
+    import torch
+
+    _, cls = _tracker_class()
+    orig = _own(cls, "fork")
+    default = _fork_name_default(orig)
+
+    def snap(st):
+        if isinstance(st, torch.Tensor):
+            return ("tensor", st)  # a host-mode state is a fresh tensor per fork: keep the old one
+        if isinstance(st, torch.Generator) and not torch.cuda.is_current_stream_capturing():
+            return ("generator", st.get_state())  # a graph-safe state advances in place: by value
+        return None
+
+    @contextlib.contextmanager
+    def fork(self, name=default):
+        saved = snap(self.states_.get(name))
+        with orig(self, name):
+            yield
+        if saved is None:
+            return
+        if saved[0] == "tensor":
+            self.states_[name] = saved[1]  # the named state is put back: the next fork draws the same
+        else:
+            self.states_[name].set_state(saved[1])
+
+    fork.recap_mutant = True
+    cls.fork = fork
+
+
+def _install_mcore_recompute_default_generator():
+    _, cls = _tracker_class()
+    orig = _own(cls, "fork")
+    default = _fork_name_default(orig)
+    in_recompute = [0]
+
+    def fork(self, name=default):
+        if in_recompute[0]:
+            return contextlib.nullcontext()  # the recompute draws from the default generator
+        return orig(self, name)
+
+    fork.recap_mutant = True
+    cls.fork = fork
+
+    def hook(fn, args, kwargs):
+        in_recompute[0] += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            in_recompute[0] -= 1
+
+    _install_mcore_recompute(hook)
+
+
+def _install_mcore_grad_buffer_not_zeroed():
+    try:
+        from megatron.core.distributed import distributed_data_parallel as d
+    except ImportError as e:
+        raise RuntimeError(f"megatron.core.distributed.distributed_data_parallel: {e}".splitlines()[0])
+    cls = getattr(d, "DistributedDataParallel", None)
+    if cls is None:
+        raise RuntimeError("megatron.core.distributed has no DistributedDataParallel")
+    _own(cls, "zero_grad_buffer")
+
+    def zero_grad_buffer(self, *args, **kwargs):
+        return None  # main_grad keeps the last step's gradients: the next step accumulates onto them
+
+    zero_grad_buffer.recap_mutant = True
+    cls.zero_grad_buffer = zero_grad_buffer
+
+
 # ---- the table -------------------------------------------------------------------------------
 
 MUTANTS: List[Mutant] = [
-    Mutant("ckpt-no-rng-preserve", "torch", 3, "Megatron-LM dev #5841; PyTorch #170535", "",
+    Mutant("ckpt-no-rng-preserve", ("torch",), 3, "Megatron-LM dev #5841; PyTorch #170535", "",
            "torch.utils.checkpoint runs with preserve_rng_state=False: the recompute draws other masks",
            _install_no_preserve),
-    Mutant("ckpt-recompute-fresh-generator", "torch", 17, "Megatron-LM dev #5841", "",
+    Mutant("ckpt-recompute-fresh-generator", ("torch",), 17, "Megatron-LM dev #5841", "",
            "the checkpoint's recompute reseeds the generators: it draws from a state nobody saved",
            lambda: _install_torch_recompute(_fresh_generator_then_run)),
-    Mutant("ckpt-recompute-offset-shift", "torch", 16, "", "",
+    Mutant("ckpt-recompute-offset-shift", ("torch",), 16, "", "",
            "the recompute starts one draw past the restored RNG state: every recomputed mask is shifted",
            lambda: _install_torch_recompute(_shift_then_run)),
-    Mutant("ckpt-param-grad-lost", "torch", 11, "Megatron-LM #6373", "",
+    Mutant("ckpt-param-grad-lost", ("torch",), 11, "Megatron-LM #6373", "",
            "a reentrant checkpoint's recompute does not reach the region's parameters: their gradients are lost",
            lambda: _install_torch_recompute(_recompute_without_param_grads, reentrant_only=True)),
-    Mutant("ckpt-cpu-rng-only", "torch", 3, "torch.utils.checkpoint stashes devices of tensor arguments only", "cuda",
+    Mutant("ckpt-cpu-rng-only", ("torch",), 3, "torch.utils.checkpoint stashes devices of tensor arguments only", "cuda",
            "torch.utils.checkpoint restores the CPU RNG state only (set_device_states does nothing)",
            _install_cpu_state_only),
-    Mutant("graph-replay-skipped", "torch", 8, "", "graphs",
+    Mutant("graph-replay-skipped", ("torch", "megatron"), 8, "", "graphs",
            "torch._C._CUDAGraph.replay launches nothing every second call (the Python replay still runs)",
            _install_replay_skipped),
-    Mutant("graph-replay-rng-frozen", "torch", 5, "Megatron-LM #5697", "graphs",
+    Mutant("graph-replay-rng-frozen", ("torch", "megatron"), 5, "Megatron-LM #5697", "graphs",
            "each graph replay puts the CUDA generators back as they were: every replay repeats its masks",
            _install_replay_rng_frozen),
-    Mutant("graph-static-input-stale", "torch", 8, "PyTorch #181723; TransformerEngine #2937", "graphs",
+    Mutant("graph-static-input-stale", ("torch",), 8, "PyTorch #181723; TransformerEngine #2937", "graphs",
            "make_graphed_callables' graphed forward stops copying new inputs into its static inputs after its first call",
            _install_static_input_stale),
-    Mutant("graph-warmup-mutates-params", "torch", 21, "Megatron-LM #4433; TransformerEngine #3051", "graphs",
+    Mutant("graph-warmup-mutates-params", ("torch",), 21, "Megatron-LM #4433; TransformerEngine #3051", "graphs",
            "make_graphed_callables' warmup iterations update the graphed callables' parameters in place",
            _install_warmup_mutates_params),
-    Mutant("mcore-tracker-not-restored", "megatron", 17, "Megatron-LM dev #5841", "cuda",
+    Mutant("ckpt-input-grad-lost", ("torch",), 11, "Megatron-LM #6373", "",
+           "a reentrant checkpoint's recompute runs on detached inputs: the region's input gradient is lost",
+           lambda: _install_torch_recompute(_recompute_inputs_detached, reentrant_only=True)),
+    Mutant("mcore-tracker-not-restored", ("megatron",), 17, "Megatron-LM dev #5841", "cuda",
            "CheckpointFunction.backward's tracker set_states does nothing: tracker forks in the recompute draw other masks",
            _install_mcore_tracker_not_restored),
-    Mutant("mcore-cuda-rng-not-restored", "megatron", 3, "Megatron-LM dev #5841; PyTorch #170535", "cuda",
+    Mutant("mcore-cuda-rng-not-restored", ("megatron",), 3, "Megatron-LM dev #5841; PyTorch #170535", "cuda",
            "CheckpointFunction.backward's _set_cuda_rng_state rewinds nothing, as a saved live handle",
            _install_mcore_cuda_rng_not_restored),
-    Mutant("mcore-param-grad-lost", "megatron", 11, "Megatron-LM #6373", "cuda",
+    Mutant("mcore-param-grad-lost", ("megatron",), 11, "Megatron-LM #6373", "cuda",
            "CheckpointFunction's recompute runs with the region's parameters not requiring grad: weight gradients lost",
            lambda: _install_mcore_recompute(_recompute_without_param_grads)),
-    Mutant("mcore-recompute-offset-shift", "megatron", 16, "", "cuda",
+    Mutant("mcore-recompute-offset-shift", ("megatron",), 16, "", "cuda",
            "CheckpointFunction's recompute starts one draw past the restored default and tracker states",
            lambda: _install_mcore_recompute(_mcore_shift_then_run)),
+    Mutant("mcore-tracker-states-live", ("megatron",), 3, "Megatron-LM dev #5841; PyTorch #170535", "cuda",
+           "CudaRNGStatesTracker.get_states returns its live dict: the checkpoint's snapshot holds the forward's advanced states",
+           _install_mcore_tracker_states_live),
+    Mutant("mcore-recompute-default-generator", ("megatron",), 17, "Megatron-LM dev #5841", "cuda",
+           "tracker forks inside CheckpointFunction's recompute do nothing: it draws from the default generator",
+           _install_mcore_recompute_default_generator),
+    Mutant("mcore-fork-not-advancing", ("megatron",), 5, "Megatron-LM #5697", "cuda",
+           "CudaRNGStatesTracker.fork puts the named state back on exit (eagerly): every fork draws the same masks",
+           _install_mcore_fork_not_advancing),
+    Mutant("mcore-input-grad-lost", ("megatron",), 11, "Megatron-LM #6373", "cuda",
+           "CheckpointFunction's recompute runs on detached inputs: the checkpointed region's input gets no gradient",
+           lambda: _install_mcore_recompute(_recompute_inputs_detached)),
+    Mutant("mcore-grad-buffer-not-zeroed", ("megatron",), 21, "", "cuda",
+           "DistributedDataParallel.zero_grad_buffer does nothing: main_grad accumulates across steps",
+           _install_mcore_grad_buffer_not_zeroed),
 ]
 
 BY_NAME: Dict[str, Mutant] = {m.name: m for m in MUTANTS}
 
 
 def for_sut(sut: str) -> List[Mutant]:
-    return [m for m in MUTANTS if m.sut == sut]
+    return [m for m in MUTANTS if sut in m.suts]
 
 
 def requested(sut: str, environ=None) -> "tuple[Optional[Mutant], str]":
@@ -495,7 +632,7 @@ def requested(sut: str, environ=None) -> "tuple[Optional[Mutant], str]":
     if not name:
         return None, ""
     m = BY_NAME.get(name)
-    if m is None or m.sut != sut:
+    if m is None or sut not in m.suts:
         known = ", ".join(x.name for x in for_sut(sut))
         return None, f"{ENV}={name}: not a mutant of {sut} (known: {known})"
     return m, ""

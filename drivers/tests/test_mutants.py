@@ -64,7 +64,8 @@ for reentrant in (True, False):
     r2 = Region()
     r2.load_state_dict(r.state_dict())
     torch.manual_seed(3); torch.nn.Linear(16, 16); torch.randn(8, 16)  # the same draws as above
-    y2 = r2(x.detach().requires_grad_(True))
+    x2 = x.detach().requires_grad_(True)
+    y2 = r2(x2)
     y2.sum().backward()
     key = "reentrant" if reentrant else "non-reentrant"
     out[key] = {
@@ -72,6 +73,7 @@ for reentrant in (True, False):
         "recompute_mask_equal": len(r.masks) >= 2 and r.masks[0] == r.masks[1],
         "forward_mask_as_plain": r.masks[0] == r2.masks[0],
         "grad_equal": g_ckpt is not None and torch.equal(g_ckpt, r2.lin.weight.grad),
+        "xgrad_equal": x.grad is not None and torch.equal(x.grad, x2.grad),
     }
 print(json.dumps(out))
 """
@@ -114,15 +116,28 @@ def probe(name: str) -> dict:
 
 
 class Table(unittest.TestCase):
-    def test_at_least_ten_named_mutants_with_classes(self):
-        self.assertGreaterEqual(len(mutants.MUTANTS), 10)
+    def test_at_least_ten_named_mutants_per_sut_with_classes(self):
+        self.assertGreaterEqual(len(mutants.for_sut("torch")), 10)
+        self.assertGreaterEqual(len(mutants.for_sut("megatron")), 10)
         self.assertEqual(len(mutants.BY_NAME), len(mutants.MUTANTS), "names are unique")
         for m in mutants.MUTANTS:
-            self.assertIn(m.sut, ("torch", "megatron"))
+            self.assertTrue(m.suts and set(m.suts) <= {"torch", "megatron"}, m.name)
             self.assertTrue(1 <= m.bug_class <= 25, m.name)
             self.assertIn(m.needs, ("", "cuda", "graphs"))
             self.assertNotIn("\n", m.description)
-        self.assertTrue(mutants.for_sut("torch") and mutants.for_sut("megatron"))
+
+    def test_graph_mutants_apply_to_both_suts(self):
+        for name in ("graph-replay-skipped", "graph-replay-rng-frozen"):
+            for sut in ("torch", "megatron"):
+                m, err = mutants.requested(sut, {mutants.ENV: name})
+                self.assertEqual((m.name, err), (name, ""))
+        m, err = mutants.requested("megatron", {mutants.ENV: "ckpt-no-rng-preserve"})
+        self.assertIsNone(m)
+        self.assertIn("not a mutant of megatron", err)
+        ls = {e["name"] for e in mutants.listing("megatron", {"graphs": True}, "NVIDIA H200")}
+        self.assertIn("graph-replay-skipped", ls)
+        self.assertIn("mcore-grad-buffer-not-zeroed", ls)
+        self.assertNotIn("ckpt-no-rng-preserve", ls)
 
     def test_requested(self):
         self.assertEqual(mutants.requested("torch", {}), (None, ""))
@@ -185,9 +200,17 @@ class CpuMutants(unittest.TestCase):
         self.assertFalse(r["reentrant"]["grad_equal"], "the weight gradient survived")  # ...the gradient is lost
         self.assertTrue(r["non-reentrant"]["grad_equal"], "reentrant checkpoints only")
 
+    def test_input_grad_lost(self):
+        r = probe("ckpt-input-grad-lost")
+        self.assertTrue(r["reentrant"]["recompute_mask_equal"])
+        self.assertTrue(r["reentrant"]["grad_equal"], "the weight gradient is kept")
+        self.assertFalse(r["reentrant"]["xgrad_equal"], "the input gradient survived")
+        self.assertTrue(r["non-reentrant"]["xgrad_equal"], "reentrant checkpoints only")
+        self.assertTrue(self.clean["reentrant"]["xgrad_equal"] and self.clean["non-reentrant"]["xgrad_equal"])
+
     def test_every_cpu_capable_torch_mutant_is_tested(self):
         tested = {"ckpt-no-rng-preserve", "ckpt-recompute-fresh-generator", "ckpt-recompute-offset-shift",
-                  "ckpt-param-grad-lost"}
+                  "ckpt-param-grad-lost", "ckpt-input-grad-lost"}
         self.assertEqual({m.name for m in mutants.for_sut("torch") if m.cpu}, tested)
 
     def test_gpu_mutants_install_on_a_cpu_torch(self):
@@ -196,6 +219,168 @@ class CpuMutants(unittest.TestCase):
                      "graph-static-input-stale", "graph-warmup-mutates-params"):
             p = _run("import sys; from recap_drivers import mutants; mutants.install(mutants.BY_NAME[sys.argv[1]])", name)
             self.assertEqual(p.returncode, 0, f"{name}: {p.stderr[-800:]}")
+
+# A stand-in for megatron-core, on the CPU generator: the module paths and method names the megatron
+# mutants patch (tensor_parallel.random's tracker and CheckpointFunction, DDP's zero_grad_buffer),
+# each a few lines of recap's own, so a patch's effect on them can be checked without megatron-core.
+# argv[1] names the mutant, argv[2] a method to leave out (the refusal test).
+FAKE_MCORE = r"""
+import contextlib, json, sys, types, torch
+name, drop = sys.argv[1], sys.argv[2]
+
+class CudaRNGStatesTracker:
+    def __init__(self):
+        self.states_ = {}
+    def get_states(self):
+        return dict(self.states_)
+    def set_states(self, states):
+        self.states_ = states
+    def add(self, n, seed):
+        keep = torch.get_rng_state(); torch.manual_seed(seed)
+        self.states_[n] = torch.get_rng_state(); torch.set_rng_state(keep)
+    @contextlib.contextmanager
+    def fork(self, name="model-parallel-rng"):
+        keep = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(keep)
+
+TRACKER = CudaRNGStatesTracker()
+
+class CheckpointFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run_function, distribute, *args):
+        ctx.run_function = run_function
+        ctx.saved = (torch.get_rng_state(), TRACKER.get_states())
+        ctx.save_for_backward(*args)
+        with torch.no_grad():
+            return run_function(*args)
+    @staticmethod
+    def backward(ctx, *grads):
+        keep = (torch.get_rng_state(), TRACKER.get_states())
+        torch.set_rng_state(ctx.saved[0]); TRACKER.set_states(ctx.saved[1])
+        ins = [t.detach().requires_grad_(t.requires_grad) for t in ctx.saved_tensors]
+        with torch.enable_grad():
+            out = ctx.run_function(*ins)
+        torch.set_rng_state(keep[0]); TRACKER.set_states(keep[1])
+        torch.autograd.backward(out, grads)
+        return (None, None) + tuple(t.grad for t in ins)
+
+class DistributedDataParallel:
+    def __init__(self):
+        self.zeroed = 0
+    def zero_grad_buffer(self):
+        self.zeroed += 1
+
+if drop:
+    for cls in (CudaRNGStatesTracker, DistributedDataParallel):
+        if drop in cls.__dict__:
+            delattr(cls, drop)
+rnd = types.ModuleType("megatron.core.tensor_parallel.random")
+rnd.CudaRNGStatesTracker, rnd.CheckpointFunction = CudaRNGStatesTracker, CheckpointFunction
+rnd.get_cuda_rng_tracker = lambda: TRACKER
+ddp = types.ModuleType("megatron.core.distributed.distributed_data_parallel")
+ddp.DistributedDataParallel = DistributedDataParallel
+mods = {"megatron": types.ModuleType("megatron"), "megatron.core": types.ModuleType("megatron.core"),
+        "megatron.core.tensor_parallel": types.ModuleType("megatron.core.tensor_parallel"),
+        "megatron.core.distributed": types.ModuleType("megatron.core.distributed"),
+        "megatron.core.tensor_parallel.random": rnd,
+        "megatron.core.distributed.distributed_data_parallel": ddp}
+mods["megatron.core.tensor_parallel"].random = rnd
+mods["megatron.core.distributed"].distributed_data_parallel = ddp
+sys.modules.update(mods)
+
+from recap_drivers import mutants
+if name:
+    try:
+        mutants.install(mutants.BY_NAME[name])
+    except RuntimeError as e:
+        print(json.dumps({"refused": str(e)})); sys.exit(0)
+
+torch.manual_seed(0)
+TRACKER.add("model-parallel-rng", 123)
+out = {}
+# two forks in a row: their draws must differ (the named state advances)
+with TRACKER.fork():
+    a = torch.rand(8)
+with TRACKER.fork():
+    b = torch.rand(8)
+out["forks_differ"] = not torch.equal(a, b)
+out["get_states_is_live"] = TRACKER.get_states() is TRACKER.states_
+# a checkpointed region drawing its dropout inside a tracker fork: the recompute's mask against the forward's
+lin = torch.nn.Linear(8, 8)
+masks = []
+def region(x):
+    with TRACKER.fork():
+        m = torch.rand(4, 8) > 0.5
+    masks.append(m)
+    return lin(x) * m
+x0 = torch.randn(4, 8, requires_grad=True)
+h = x0 * 2  # the region's input is computed, so its gradient flows on to x0
+y = CheckpointFunction.apply(region, False, h)
+y.sum().backward()
+out["recompute_mask_equal"] = len(masks) == 2 and torch.equal(masks[0], masks[1])
+out["input_grad"] = x0.grad is not None
+d = DistributedDataParallel(); d.zero_grad_buffer()
+out["zeroed"] = d.zeroed
+print(json.dumps(out))
+"""
+
+
+def fake_mcore(name: str, drop: str = "") -> dict:
+    p = _run(FAKE_MCORE, name, drop)
+    if p.returncode != 0:
+        raise AssertionError(f"fake megatron {name or '(none)'} failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not installed")
+class MegatronMutantsOnAStub(unittest.TestCase):
+    """The megatron mutants' patches on recap's stand-in classes with megatron-core's names."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.clean = fake_mcore("")
+
+    def test_the_stub_is_right_without_a_mutant(self):
+        self.assertEqual(self.clean, {"forks_differ": True, "get_states_is_live": False,
+                                      "recompute_mask_equal": True, "input_grad": True, "zeroed": 1})
+
+    def changed(self, name: str) -> dict:
+        r = fake_mcore(name)
+        return {k: v for k, v in r.items() if v != self.clean[k]}
+
+    def test_tracker_states_live(self):
+        self.assertEqual(self.changed("mcore-tracker-states-live"),
+                         {"get_states_is_live": True, "recompute_mask_equal": False})
+
+    def test_recompute_default_generator(self):
+        self.assertEqual(self.changed("mcore-recompute-default-generator"), {"recompute_mask_equal": False})
+
+    def test_fork_not_advancing(self):
+        self.assertEqual(self.changed("mcore-fork-not-advancing"), {"forks_differ": False})
+
+    def test_input_grad_lost(self):
+        self.assertEqual(self.changed("mcore-input-grad-lost"), {"input_grad": False})
+
+    def test_grad_buffer_not_zeroed(self):
+        self.assertEqual(self.changed("mcore-grad-buffer-not-zeroed"), {"zeroed": 0})
+
+    def test_param_grad_lost_keeps_masks_and_input_grads(self):
+        self.assertEqual(self.changed("mcore-param-grad-lost"), {})  # weights only: the stub checks none
+
+    def test_a_missing_target_refuses_with_one_line(self):
+        for name, drop in (("mcore-tracker-states-live", "get_states"),
+                           ("mcore-fork-not-advancing", "fork"),
+                           ("mcore-recompute-default-generator", "fork"),
+                           ("mcore-grad-buffer-not-zeroed", "zero_grad_buffer")):
+            r = fake_mcore(name, drop)
+            self.assertIn("refused", r, name)
+            self.assertIn(drop, r["refused"])
+            self.assertNotIn("\n", r["refused"])
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
