@@ -158,7 +158,8 @@ std::string finding_key(const std::string& f) {
 // against `budget` (0: none). Returns how many were deleted.
 }  // namespace
 
-int delete_layers(CaseSpec* spec, CaseReport* rep, const OracleOptions& oracle, int budget) {
+int delete_layers(CaseSpec* spec, CaseReport* rep, const OracleOptions& oracle, int budget,
+                  const std::function<bool(const CaseReport&)>& accepted) {
   const std::string target = signature(*rep);
   int deleted = 0, evaluations = 0;
   for (bool again = true; again && spec->model.layers.size() > 1;) {
@@ -174,7 +175,7 @@ int delete_layers(CaseSpec* spec, CaseReport* rep, const OracleOptions& oracle, 
       }
       ++evaluations;
       CaseReport r = evaluate(c, oracle);
-      if (failing(r.disposition) && signature(r) == target) {
+      if (failing(r.disposition) && signature(r) == target && !(accepted && accepted(r))) {
         *spec = std::move(c);
         *rep = std::move(r);
         ++deleted;
@@ -240,6 +241,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
       int evaluations_in_shrink = 0;
       int ran = 0;
       std::string first_bucket;
+      bool accepted_start = false;  // the failing case that started the shrink is accepted (opts.accepted)
 
       auto prop = [&]() {
         CaseSpec spec = *gen_case(opts.gen);
@@ -249,6 +251,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
             cut = true;
             return;
           }
+          if (accepted_start) return;  // counts as passing
           if (opts.shrink_limit > 0 && evaluations_in_shrink >= opts.shrink_limit) return;  // counts as passing
           ++evaluations_in_shrink;
         }
@@ -287,6 +290,9 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
             shrinking = true;
             target = signature(rep);
             first_bucket = bucket_of(rep);
+            // an accepted (known) failure is not shrunk: every candidate counts as passing, so the
+            // chunk's cases are those of the same campaign without --known-findings
+            accepted_start = opts.accepted && opts.accepted(rep);
           }
           std::string first = rep.first_failure();
           st.reports.push_back(std::move(rep));
@@ -298,7 +304,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
           }
           return;
         }
-        if (fails && signature(rep) == target) {
+        if (fails && signature(rep) == target && !(opts.accepted && opts.accepted(rep))) {
           std::string first = rep.first_failure();
           last_failing = std::move(rep);
           RC_FAIL(first);
@@ -323,7 +329,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
         Counterexample cx;
         cx.spec = last_failing->spec;
         cx.report = *last_failing;
-        cx.shrinks = listener.accepted + delete_layers(&cx.spec, &cx.report, opts.oracle, opts.shrink_limit);
+        cx.shrinks = listener.accepted + (accepted_start ? 0 : delete_layers(&cx.spec, &cx.report, opts.oracle, opts.shrink_limit, opts.accepted));
         cx.property = first_failing_property(cx.report);
         cx.seed = opts.seed;
         cx.reproduce = "RC_PARAMS=\"" + reproduce_string(meta.id, failure.reproduce) + "\"";

@@ -42,6 +42,12 @@ struct FuzzOptions {
   // Set by a signal handler (harness/cli/signals.h): like a spent time budget, and a shrink in
   // progress keeps the smallest failing case found so far. Null: never.
   const std::atomic<bool>* stop = nullptr;
+  // A failure the caller accepts (--known-findings: its bucket and configuration). Such a case is
+  // reported but not shrunk (its counterexample is the case as drawn), and a shrink's candidate
+  // that it accepts counts as passing, so a new failure never shrinks into a known configuration
+  // (the reproducer would show the known bug instead of the new one).
+  // Null: none accepted.
+  std::function<bool(const CaseReport&)> accepted;
   // Chunks not to run (--resume: the complete chunks of an interrupted campaign's report).
   std::set<int> skip_chunks;
 };
@@ -96,7 +102,8 @@ std::string bucket_of_json(const Json& report);
 // After RapidCheck's shrink of a counterexample (*spec, *rep): deletes layers one at a time while
 // the case fails with the same signature (first failing property, disposition, CUDA error), at
 // most `budget` evaluations (0: no limit). Returns how many layers it deleted.
-int delete_layers(training::CaseSpec* spec, CaseReport* rep, const OracleOptions& oracle, int budget);
+int delete_layers(training::CaseSpec* spec, CaseReport* rep, const OracleOptions& oracle, int budget,
+                  const std::function<bool(const CaseReport&)>& accepted = {});
 
 // The labels classification() counts a case under (QuickCheck's `classify`): e.g.
 // "checkpoint+capture+dropout", "executor=per-layer", "policy=graph-safe", "generator=host", ...

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <sstream>
 #include <cstdio>
 #include <filesystem>
@@ -209,6 +210,16 @@ void merge_resumed(CampaignResult& kept, CampaignResult&& rest) {
     f.flaky.clear();
   }
   one_per_bucket(kept);
+}
+
+void set_known_findings(CampaignOptions& o, const std::string& path) {
+  o.known_findings = path;
+  o.fuzz.accepted = nullptr;
+  if (path.empty()) return;
+  auto known = std::make_shared<const KnownFindings>(read_known_findings(path));
+  o.fuzz.accepted = [known](const properties::CaseReport& r) {
+    return !accepting_finding(*known, properties::bucket_of(r), r.spec).empty();
+  };
 }
 
 int mark_known(CampaignResult& r, const KnownFindings& known) {

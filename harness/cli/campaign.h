@@ -40,7 +40,13 @@ struct CampaignOptions {
   SutFlags sut;              // --sut and the worker flags (fuzz.oracle.sut is made from them in each process)
   std::string sut_kind = "recap";  // what --sut names (SutChoice::kind), and what the system said of itself:
   sut::SutInfo sut_info;           // the report's context and the corpus files record them
+  std::string known_findings;      // --known-findings FILE, passed on to shard workers
 };
+
+// --known-findings FILE for the campaign itself: o.fuzz.accepted says which failing cases the file
+// accepts (bucket and configuration), so they are not shrunk and no shrink moves a new failure into
+// them. UsageError for a bad file. Empty path: none.
+void set_known_findings(CampaignOptions& o, const std::string& path);
 
 // One counterexample per bucket remains (the lowest chunk's).
 CampaignResult run_campaign(const CampaignOptions& o);

@@ -194,6 +194,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.worker_out = f.worker_out;
   o.fuzz.skip_chunks.insert(f.skip_chunks.begin(), f.skip_chunks.end());
   o.progress = f.worker_out.empty() && (isatty(STDERR_FILENO) || progress_as_lines());
+  set_known_findings(o, f.known_findings);
   return o;
 }
 

@@ -238,6 +238,7 @@ FrameworkCampaign framework_campaign(CampaignOptions o, const KnownFindings& kno
     o.sut_info = w.info;
   }
   o.fuzz.keep_going = known.given();
+  set_known_findings(o, known.path);  // no shrink moves the kill into a known configuration
   o.fuzz.max_failures = 1;
   std::vector<double> at;  // at[k]: seconds when the k-th case's verdict was in
   auto seen = [&](const properties::Progress& p) {
