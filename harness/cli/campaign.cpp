@@ -237,6 +237,28 @@ int mark_known(CampaignResult& r, const KnownFindings& known) {
       else ++j.accepted[id];
     }
   }
+  if (known.given()) {
+    // A bucket with new cases whose counterexample is itself a case the known findings accept (the
+    // bucket's first failing case in its chunk was a known one, and it took the chunk's shrink): as
+    // a reproducer it would show the known bug. The bucket's first new case, as drawn (not shrunk),
+    // takes its place.
+    for (auto& f : r.failures) {
+      training::CaseSpec cs;
+      if (!training::case_from_json(f.case_json, &cs).empty() || accepting_finding(known, f.bucket, cs).empty()) continue;
+      for (const Json& rep : r.reports) {
+        training::CaseSpec spec;
+        if (properties::bucket_of_json(rep) != f.bucket || !rep.contains("spec") ||
+            !training::case_from_json(rep["spec"], &spec).empty() || !accepting_finding(known, f.bucket, spec).empty())
+          continue;
+        f.case_json = rep["spec"];
+        f.report = rep;
+        f.shrinks = 0;
+        f.reproduce.clear();
+        f.reason = rep.value("first_failure", f.reason);
+        break;
+      }
+    }
+  }
   auto known_bucket = [&](const std::string& b) {
     auto j = r.judged.find(b);
     return j != r.judged.end() && j->second.new_cases == 0 && !j->second.accepted.empty();

@@ -230,6 +230,7 @@ def write(name, when):
     json.dump({"schema": "recap.known-findings/1", "findings": f}, open(name, "w"), indent=1)
 write("both.json", {"executor": ["per-layer", "full-iteration"]})
 write("per-layer.json", {"executor": ["per-layer"], "_why": "a comment key"})
+write("full-iteration.json", {"executor": ["full-iteration"]})
 json.dump({"per-layer": ex.count("per-layer"), "full-iteration": ex.count("full-iteration")}, open("counts.json", "w"))
 # the shrunk counterexample's configuration, which the case its shrink started from (the first
 # failing case of the bucket in its chunk) is outside: shrinking moved a field of the case
@@ -256,6 +257,17 @@ PY
   "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings per-layer.json --corpus-dir k2 --report k2.json > out2.txt; rc=$?
   [ "$rc" -eq 1 ] || { cat out2.txt; fail "full-iteration cases outside the configuration: exit $rc, expected 1"; }
   grep -q "cudaErrorStreamCaptureUnsupported/  ([0-9]* new; accepted: CAP [0-9]*)" out2.txt || { cat out2.txt; fail "the bucket is not marked new"; }
+  # accepted for full-iteration only: a chunk whose first failing case of the bucket is accepted does
+  # not shrink it, and the bucket's reproducer must still be a new (per-layer) case
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings full-iteration.json --corpus-dir k4 --report k4.json > out4.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat out4.txt; fail "per-layer cases outside the configuration: exit $rc, expected 1"; }
+  "$py" - k4.json <<'PY' || fail "the reproducer of a bucket with new cases is a known case"
+import json, sys
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+f = [f for f in json.load(open(sys.argv[1]))["summary"]["failures"] if f["bucket"] == B][0]
+assert not f["known"] and f["case"]["executor"] == "per-layer", (f["case"]["executor"], f["shrinks"])
+print("k4: the reproducer is a per-layer case,", f["shrinks"], "shrinks")
+PY
   "$recap" fuzz --backend sim --policy naive --seed 5 --cases 200 --shrink-limit 100 --known-findings shrunk.json --corpus-dir k3 --report k3.json > out3.txt; rc=$?
   [ "$rc" -eq 1 ] || { cat out3.txt; fail "a case that shrank into the configuration: exit $rc, expected 1"; }
   "$py" - k1.json k2.json k3.json counts.json shrunk-key.json <<'PY' || fail "the judgement in the reports"
@@ -270,6 +282,8 @@ j = k2["known_findings"]["buckets"][B]
 assert j == {"accepted": {"CAP": n["per-layer"]}, "new": n["full-iteration"], "known": False}, (j, n)
 f = [f for f in k2["failures"] if f["bucket"] == B][0]
 assert not f["known"] and f["corpus_file"], f
+# the reproducer of a bucket with new cases is a new case, never an accepted one (per-layer here)
+assert f["case"]["executor"] != "per-layer", f["case"]["executor"]
 assert all(f["known"] for f in k2["failures"] if f["bucket"] != B)  # the other buckets: every configuration
 j = k3["known_findings"]["buckets"][B]
 f = [f for f in k3["failures"] if f["bucket"] == B][0]
