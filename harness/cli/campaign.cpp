@@ -213,11 +213,10 @@ void merge_resumed(CampaignResult& kept, CampaignResult&& rest) {
 }
 
 void set_known_findings(CampaignOptions& o, const std::string& path) {
-  o.known_findings = path;
+  o.known = std::make_shared<const KnownFindings>(read_known_findings(path));
   o.fuzz.accepted = nullptr;
-  if (path.empty()) return;
-  auto known = std::make_shared<const KnownFindings>(read_known_findings(path));
-  o.fuzz.accepted = [known](const properties::CaseReport& r) {
+  if (!o.known->given()) return;
+  o.fuzz.accepted = [known = o.known](const properties::CaseReport& r) {
     return !accepting_finding(*known, properties::bucket_of(r), r.spec).empty();
   };
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,10 +41,11 @@ struct CampaignOptions {
   SutFlags sut;              // --sut and the worker flags (fuzz.oracle.sut is made from them in each process)
   std::string sut_kind = "recap";  // what --sut names (SutChoice::kind), and what the system said of itself:
   sut::SutInfo sut_info;           // the report's context and the corpus files record them
-  std::string known_findings;      // --known-findings FILE, passed on to shard workers
+  // --known-findings FILE, read once (set_known_findings); its path is passed on to shard workers
+  std::shared_ptr<const KnownFindings> known = std::make_shared<const KnownFindings>();
 };
 
-// --known-findings FILE for the campaign itself: o.fuzz.accepted says which failing cases the file
+// --known-findings FILE: reads it into o.known, and o.fuzz.accepted says which failing cases it
 // accepts (bucket and configuration), so they are not shrunk and no shrink moves a new failure into
 // them. UsageError for a bad file. Empty path: none.
 void set_known_findings(CampaignOptions& o, const std::string& path);

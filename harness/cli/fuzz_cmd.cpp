@@ -17,7 +17,7 @@ int fuzz(const FuzzFlags& f) {
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);
   bool worker = !o.worker_out.empty();
-  const KnownFindings known = read_known_findings(f.known_findings);  // a bad file stops us first
+  const KnownFindings& known = *o.known;
   CampaignResult kept;
   std::vector<std::string> rerun_files;
   if (!f.resume.empty()) kept = read_resumed(f.resume, &o, &rerun_files);  // before any case: a wrong file is bad usage

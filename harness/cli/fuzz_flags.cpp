@@ -123,6 +123,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   check_output_file("--junit", f.junit);
   if (f.worker_out.empty()) check_output_dir("--corpus-dir", f.corpus_dir);
   CampaignOptions o;
+  set_known_findings(o, f.known_findings);  // a bad file stops us before any worker starts
   {
     auto dev = open_device(f.backend);
     o.backend = dev->backend() == device::Backend::Sim ? "sim" : "cuda";
@@ -194,7 +195,6 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.worker_out = f.worker_out;
   o.fuzz.skip_chunks.insert(f.skip_chunks.begin(), f.skip_chunks.end());
   o.progress = f.worker_out.empty() && (isatty(STDERR_FILENO) || progress_as_lines());
-  set_known_findings(o, f.known_findings);
   return o;
 }
 

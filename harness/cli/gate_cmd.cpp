@@ -46,7 +46,7 @@ int gate(GateArgs a) {
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);
   reports::RunContext ctx = run_context("gate", o, device);
-  const KnownFindings known = read_known_findings(f.known_findings);
+  const KnownFindings& known = *o.known;
   install_stop_handlers();
 
   // 1. corpus replays (each file's own expected verdict; the flag only for the fuzz budget)

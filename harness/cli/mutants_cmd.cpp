@@ -231,14 +231,14 @@ struct FrameworkCampaign {
   CampaignResult result;
 };
 
-FrameworkCampaign framework_campaign(CampaignOptions o, const KnownFindings& known) {
+FrameworkCampaign framework_campaign(CampaignOptions o) {
+  const KnownFindings& known = *o.known;
   if (!o.fuzz.oracle.sut) {  // a worker of its own, started with o.sut's environment
     SystemUnderTest w = make_sut(o.sut, o.sut.sut, o.backend);  // UsageError: the worker did not start
     o.fuzz.oracle.sut = w.sut;
     o.sut_info = w.info;
   }
   o.fuzz.keep_going = known.given();
-  set_known_findings(o, known.path);  // no shrink moves the kill into a known configuration
   o.fuzz.max_failures = 1;
   std::vector<double> at;  // at[k]: seconds when the k-th case's verdict was in
   auto seen = [&](const properties::Progress& p) {
@@ -304,8 +304,8 @@ int framework_mutants(const MutantsArgs& a) {
   for (const auto& kv : a.sut.worker_env)
     if (kv.rfind("RECAP_FRAMEWORK_MUTANT=", 0) == 0)
       throw UsageError("--worker-env " + kv + ": recap mutants sets RECAP_FRAMEWORK_MUTANT itself (--mutant chooses)");
-  const KnownFindings known = read_known_findings(a.known_findings);  // a bad file stops us first
   FuzzFlags f;
+  f.known_findings = a.known_findings;  // read once by campaign_options: o.known, and no shrink into it
   f.backend = a.backend;
   f.seed = a.seed;
   f.cases = a.cases;
@@ -316,6 +316,7 @@ int framework_mutants(const MutantsArgs& a) {
   bool seed_random = false;
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);  // starts and greets the plain worker
+  const KnownFindings& known = *o.known;
 
   const Json& listed = o.sut_info.mutants;
   if (!listed.is_array() || listed.empty())
@@ -349,7 +350,7 @@ int framework_mutants(const MutantsArgs& a) {
               o.sut_info.name.c_str(), o.sut_info.version.c_str(), o.sut_info.device.c_str(), o.fuzz.seed, a.cases,
               !known.given() ? "" : (", " + std::to_string(known.entries.size()) + " known findings").c_str());
   std::fflush(stdout);
-  FrameworkCampaign base = framework_campaign(o, known);  // in the plain worker campaign_options greeted
+  FrameworkCampaign base = framework_campaign(o);  // in the plain worker campaign_options greeted
   o.fuzz.oracle.sut.reset();  // which ends now: each mutant gets a worker of its own
   const bool clean = base.kill_case == 0;
   std::printf("  baseline: %d cases, %s\n", base.cases,
@@ -364,7 +365,7 @@ int framework_mutants(const MutantsArgs& a) {
       mo.sut.worker_env.push_back("RECAP_FRAMEWORK_MUTANT=" + m.name);
       FrameworkCampaign c;
       try {
-        c = framework_campaign(mo, known);
+        c = framework_campaign(mo);
       } catch (const UsageError& e) {  // the mutant does not install on this framework (its feature is absent)
         m.verdict = "not exercised";
         m.not_exercised = std::string("the worker did not start with it: ") + e.what();

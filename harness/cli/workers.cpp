@@ -104,9 +104,9 @@ CampaignResult run_workers(const CampaignOptions& o) {
     args.push_back(o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small");
     args.push_back("--chunk-cases");
     args.push_back(std::to_string(o.fuzz.chunk_cases));
-    if (!o.known_findings.empty()) {  // the workers shrink: they must not shrink into a known configuration
+    if (o.known->given()) {  // the workers shrink: they must not shrink into a known configuration
       args.push_back("--known-findings");
-      args.push_back(o.known_findings);
+      args.push_back(o.known->path);
     }
     if (o.fuzz.shrink_limit > 0) {
       args.push_back("--shrink-limit");
