@@ -219,10 +219,12 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
           e.generator = mask ? "mask" : d.value("generator", std::string());
           if (mask) {  // the mask itself when the worker sent it (mask_frames)
             MaskDraw md{e.site.layer, e.site.op, e.site.microbatch, e.site.phase, 0, d.value("checkpointed", false), e.seed};
-            int seen = 0;  // a draw without "index" is numbered by its order among its key's draws
-            for (const auto& o : mask_draws.back())
-              seen += o.layer == md.layer && o.op == md.op && o.microbatch == md.microbatch && o.pass == md.pass;
-            md.index = d.value("index", seen);
+            if (d.contains("index")) {
+              md.index = d["index"].get<int>();
+            } else {  // a draw without "index" is numbered by its order among its key's draws
+              for (const auto& o : mask_draws.back())
+                md.index += o.layer == md.layer && o.op == md.op && o.microbatch == md.microbatch && o.pass == md.pass;
+            }
             mask_draws.back().push_back(md);
             const std::string name = "mask " + st + " " + std::to_string(e.site.microbatch) + " " +
                                      d.value("pass", std::string("forward")) + " " + e.site.layer + " " + e.site.op + " " +
