@@ -132,7 +132,7 @@ class RunawayBackward(RuntimeError):
     """A step's backward ran far more ops than its forward did: a backward that would not end (a
     recompute that reaches itself again through its own output re-enters without end, each level
     deeper on a new autograd thread with its own cuBLAS workspace, until the device runs out of
-    memory, drivers/FINDINGS.md M7). Raised from the observer: such a run is already broken, and a
+    memory, results/FINDINGS.md M7). Raised from the observer: such a run is already broken, and a
     named failure in a second beats an out-of-memory error, which judges nothing, a minute later."""
 
 

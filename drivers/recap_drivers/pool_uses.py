@@ -7,7 +7,7 @@ torch's own callers pair every begin with a release (torch.cuda.use_mem_pool,
 _inductor/cudagraph_trees.py). megatron-core 0.19.2's `alloc_tensor_from_graph_mempool`
 (transformer/cuda_graphs.py :279) begins and ends but never releases, once per static buffer it
 makes in `CudaGraphManager.global_mempool`: after `delete_cuda_graphs()` the pool stays reserved for
-the life of the process (drivers/FINDINGS.md M6). A worker runs hundreds of cases, so the driver
+the life of the process (results/FINDINGS.md M6). A worker runs hundreds of cases, so the driver
 counts those uses as they happen (a pass-through: the framework's calls are not changed) and gives
 them back after each case, when no graph of the case can run any more.
 """

@@ -894,7 +894,7 @@ class TorchSUT:
         """torch caches a cuBLAS workspace (32 MiB under CUBLAS_WORKSPACE_CONFIG=:4096:8) per
         (handle, stream) and never frees it; make_graphed_callables warms up on a new stream per
         call and Megatron captures on new streams, so every case left 32 MiB more allocated, up
-        to out-of-memory errors in later cases (reports/h200/2026-12-01-sut-campaigns). torch's
+        to out-of-memory errors in later cases (results/h200/2026-12-01-sut-campaigns). torch's
         own leak checks and cudagraph trees clear them the same way (common_utils.py,
         cudagraph_trees.py). Between cases no graph is alive; ours are made again."""
         clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)

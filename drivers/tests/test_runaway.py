@@ -1,7 +1,7 @@
 """The observer's runaway-backward check (observe.RunawayBackward), on the CPU: a reentrant
 checkpoint whose function returns a parameter (as megatron-core's MLP returns its fc2 bias with
 skip_bias_add) rewires that parameter's grad_fn to the checkpoint node, and the backward re-enters
-that node without end (drivers/FINDINGS.md M7). The check must end such a backward with a named
+that node without end (results/FINDINGS.md M7). The check must end such a backward with a named
 error, and must not fire on a correct checkpointed step of the same size."""
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ class GpuTest(unittest.TestCase):
     def test_memory_stays_flat_across_cases(self):
         # torch caches a cuBLAS workspace (32 MiB) per (handle, stream) and make_graphed_callables
         # warms up on a new stream per call: without the driver clearing them after each case, a
-        # worker grew by one per graph built (reports/h200/2026-12-01-sut-campaigns) and asked to
+        # worker grew by one per graph built (results/h200/2026-12-01-sut-campaigns) and asked to
         # retire past RECAP_WORKER_RETIRE_MIB; 8 cases of 4 graphs each stay under 96 MiB.
         w = Worker(device="cuda", env_extra={"RECAP_WORKER_RETIRE_MIB": "96"})
         try:

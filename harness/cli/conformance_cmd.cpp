@@ -91,7 +91,7 @@ int run_conformance(const ConformanceArgs& args) {
                           {"passed", passed},
                           {"failed", failed},
                           {"scenarios", cases}};
-    // Keys sorted, as this file has always been written (the logs kept in reports/h200/).
+    // Keys sorted, as this file has always been written (the logs kept in results/h200/).
     reports::write_or_throw(args.json_path, sorted_keys(doc).dump(2) + "\n", "--json");
   }
   return failed == 0 ? kExitOk : kExitFailed;
