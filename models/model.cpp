@@ -116,29 +116,26 @@ Tensor mse_loss(Ctx& ctx, const Tensor& y, const Tensor& target, Tensor* dy) {
   return loss;
 }
 
+namespace {
+// One elementwise op writing `out` in place (reading `a` when given), with scalar s.
+void launch_in_place(Ctx& ctx, math::Ew op, const Tensor& out, const void* a, float s) {
+  math::EwArgs e;
+  e.op = op;
+  e.dtype = dt_code(out.dtype);
+  e.n = out.numel();
+  e.a = a;
+  e.out = out.data;
+  e.s = s;
+  ctx.launch(ops::elementwise(e));
+}
+}  // namespace
+
 void sgd_update(Ctx& ctx, const std::vector<Param*>& params, float lr) {
-  for (Param* p : params) {
-    math::EwArgs e;
-    e.op = math::Ew::Sgd;
-    e.dtype = dt_code(p->value.dtype);
-    e.n = p->value.numel();
-    e.a = p->grad.data;
-    e.out = p->value.data;
-    e.s = lr;
-    ctx.launch(ops::elementwise(e));
-  }
+  for (Param* p : params) launch_in_place(ctx, math::Ew::Sgd, p->value, p->grad.data, lr);
 }
 
 void zero_grads(Ctx& ctx, const std::vector<Param*>& params) {
-  for (Param* p : params) {
-    math::EwArgs e;
-    e.op = math::Ew::Fill;
-    e.dtype = dt_code(p->grad.dtype);
-    e.n = p->grad.numel();
-    e.out = p->grad.data;
-    e.s = 0.0f;
-    ctx.launch(ops::elementwise(e));
-  }
+  for (Param* p : params) launch_in_place(ctx, math::Ew::Fill, p->grad, nullptr, 0.0f);
 }
 
 }  // namespace recap::models

@@ -161,12 +161,7 @@ std::vector<Probe> probes() {
   ps.push_back({"cudaMalloc", "cudaMalloc(1024 B)", row_alloc, unsafe_variants(), unsafe_call,
                 inferred_unsafe_measured_other, [](Recorder& r, Stream) {
                   Hooks h;
-                  h.act = [&r] {
-                    void* p = nullptr;
-                    Status st = r.dev().malloc(&p, 1024, MemCategory::Other);
-                    if (device::ok(st) && p) r.adopt_device(p);
-                    return st;
-                  };
+                  h.act = [&r] { return try_malloc(r, 1024); };
                   return h;
                 }});
   ps.push_back({"cudaFree", "cudaFree(a buffer allocated before the capture)", row_alloc, unsafe_variants(),

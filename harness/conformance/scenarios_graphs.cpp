@@ -125,31 +125,51 @@ void add_replay(std::vector<Scenario>& out) {
       });
 }
 
+// The setup of an update scenario: on s, an executable of g1 (fill a with 1); b for a re-capture.
+struct Update {
+  Stream s;
+  uint32_t* a = nullptr;
+  uint32_t* b = nullptr;
+  device::GraphExec e;
+};
+Update update_setup(Recorder& r) {
+  Update u;
+  u.s = r.stream(true);
+  u.a = r.alloc(4);
+  u.b = r.alloc(4);
+  device::Graph g1 = capture(r, u.s, "fill a with 1", 1, [&] {
+    r.kernel("kernel fill_u32(a, 1) on s", k::fill_u32(u.a, 4, 1), u.s);
+  });
+  u.e = r.instantiate("cudaGraphInstantiate(g1)", g1);
+  return u;
+}
+
+// cudaGraphExecUpdate(e, g2), recorded with its result.
+void update_exec(Recorder& r, device::GraphExec e, device::Graph g2, Status expected, GraphExecUpdateResult want) {
+  // starts as anything but `want`, so that an update that never ran cannot match
+  GraphExecUpdateResult res = want == GraphExecUpdateResult::Success ? GraphExecUpdateResult::Error
+                                                                     : GraphExecUpdateResult::Success;
+  Status st = g2.id ? r.dev().graph_exec_update(e, g2, &res) : Status::InvalidValue;
+  r.call("cudaGraphExecUpdate(exec, g2)", st, expected);
+  r.text("update result", update_result_name(res), update_result_name(want));
+}
+
 void add_update(std::vector<Scenario>& out) {
   add(out, "graph.update.same_topology",
       "cudaGraphExecUpdate with a re-capture of the same topology retargets the kernel's arguments (result "
       "Success): the executable then writes the new buffer.",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* a = r.alloc(4);
-        uint32_t* b = r.alloc(4);
-        device::Graph g1 = capture(r, s, "fill a with 1", 1, [&] {
-          r.kernel("kernel fill_u32(a, 1) on s", k::fill_u32(a, 4, 1), s);
+        Update u = update_setup(r);
+        r.launch("cudaGraphLaunch(exec, s) before the update", u.e, u.s);
+        r.buffer("a after the first replay", u.a, 4, rep(4, 1));
+        r.upload(u.a, rep(4, 0));
+        device::Graph g2 = capture(r, u.s, "fill b with 2", 1, [&] {
+          r.kernel("kernel fill_u32(b, 2) on s", k::fill_u32(u.b, 4, 2), u.s);
         });
-        device::GraphExec e = r.instantiate("cudaGraphInstantiate(g1)", g1);
-        r.launch("cudaGraphLaunch(exec, s) before the update", e, s);
-        r.buffer("a after the first replay", a, 4, rep(4, 1));
-        r.upload(a, rep(4, 0));
-        device::Graph g2 = capture(r, s, "fill b with 2", 1, [&] {
-          r.kernel("kernel fill_u32(b, 2) on s", k::fill_u32(b, 4, 2), s);
-        });
-        GraphExecUpdateResult res = GraphExecUpdateResult::Error;
-        Status st = g2.id ? r.dev().graph_exec_update(e, g2, &res) : Status::InvalidValue;
-        r.call("cudaGraphExecUpdate(exec, g2)", st, Status::Success);
-        r.text("update result", update_result_name(res), update_result_name(GraphExecUpdateResult::Success));
-        r.launch("cudaGraphLaunch(exec, s) after the update", e, s);
-        r.buffer("a after the updated replay", a, 4, rep(4, 0));
-        r.buffer("b after the updated replay", b, 4, rep(4, 2));
+        update_exec(r, u.e, g2, Status::Success, GraphExecUpdateResult::Success);
+        r.launch("cudaGraphLaunch(exec, s) after the update", u.e, u.s);
+        r.buffer("a after the updated replay", u.a, 4, rep(4, 0));
+        r.buffer("b after the updated replay", u.b, 4, rep(4, 2));
       });
 
   add(out, "graph.update.changed_topology",
@@ -158,25 +178,15 @@ void add_update(std::vector<Scenario>& out) {
                   "still replays the original graph") +
           kInferred,
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* a = r.alloc(4);
-        uint32_t* b = r.alloc(4);
-        device::Graph g1 = capture(r, s, "fill a with 1", 1, [&] {
-          r.kernel("kernel fill_u32(a, 1) on s", k::fill_u32(a, 4, 1), s);
+        Update u = update_setup(r);
+        device::Graph g2 = capture(r, u.s, "fill b with 2, then increment b", 2, [&] {
+          r.kernel("kernel fill_u32(b, 2) on s", k::fill_u32(u.b, 4, 2), u.s);
+          r.kernel("kernel increment_u32(b) on s", k::increment_u32(u.b, 4), u.s);
         });
-        device::GraphExec e = r.instantiate("cudaGraphInstantiate(g1)", g1);
-        device::Graph g2 = capture(r, s, "fill b with 2, then increment b", 2, [&] {
-          r.kernel("kernel fill_u32(b, 2) on s", k::fill_u32(b, 4, 2), s);
-          r.kernel("kernel increment_u32(b) on s", k::increment_u32(b, 4), s);
-        });
-        GraphExecUpdateResult res = GraphExecUpdateResult::Success;
-        Status st = g2.id ? r.dev().graph_exec_update(e, g2, &res) : Status::InvalidValue;
-        r.call("cudaGraphExecUpdate(exec, g2)", st, Status::GraphExecUpdateFailure);
-        r.text("update result", update_result_name(res),
-               update_result_name(GraphExecUpdateResult::ErrorTopologyChanged));
-        r.launch("cudaGraphLaunch(exec, s) after the failed update", e, s);
-        r.buffer("a after the replay (original graph)", a, 4, rep(4, 1));
-        r.buffer("b after the replay (untouched)", b, 4, rep(4, 0));
+        update_exec(r, u.e, g2, Status::GraphExecUpdateFailure, GraphExecUpdateResult::ErrorTopologyChanged);
+        r.launch("cudaGraphLaunch(exec, s) after the failed update", u.e, u.s);
+        r.buffer("a after the replay (original graph)", u.a, 4, rep(4, 1));
+        r.buffer("b after the replay (untouched)", u.b, 4, rep(4, 0));
       });
 }
 
@@ -193,15 +203,27 @@ device::Graph capture_memnode(Recorder& r, Stream s, uint32_t* buf, void** p, bo
   return r.end("cudaStreamEndCapture(s)", s, Status::Success, free_in_graph ? 4 : 3);
 }
 
+// The setup of a memnode scenario: a stream, a 4-word buffer and the graph of capture_memnode.
+struct Memnode {
+  Stream s;
+  uint32_t* buf = nullptr;
+  void* p = nullptr;
+  device::Graph g;
+};
+Memnode memnode(Recorder& r, bool free_in_graph, MemCategory cat = MemCategory::Activations) {
+  Memnode m;
+  m.s = r.stream(true);
+  m.buf = r.alloc(4);
+  m.g = capture_memnode(r, m.s, m.buf, &m.p, free_in_graph, cat);
+  return m;
+}
+
 void add_memnodes(std::vector<Scenario>& out) {
   add(out, "graph.memnode.freed_in_graph",
       "A graph allocation freed in the same graph (cudaMallocAsync + cudaFreeAsync captured) replays any number of "
       "times; no graph-pool bytes stay live after a replay.",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        void* p = nullptr;
-        device::Graph g = capture_memnode(r, s, buf, &p, true);
+        auto [s, buf, p, g] = memnode(r, true);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
         r.launch("cudaGraphLaunch(exec, s) #1", e, s);
         r.buffer("buf after the first replay", buf, 4, rep(4, 5));
@@ -217,12 +239,9 @@ void add_memnodes(std::vector<Scenario>& out) {
                   "allocation, with cudaErrorNotSupported") +
           kInferred,
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        void* p = nullptr;
-        device::Graph g = capture_memnode(r, s, buf, &p, true);
-        r.instantiate("cudaGraphInstantiate #1", g);
-        r.instantiate("cudaGraphInstantiate #2", g, 0, Status::NotSupported);
+        Memnode m = memnode(r, true);
+        r.instantiate("cudaGraphInstantiate #1", m.g);
+        r.instantiate("cudaGraphInstantiate #2", m.g, 0, Status::NotSupported);
       });
 
   add(out, "graph.memnode.unfreed",
@@ -230,14 +249,10 @@ void add_memnodes(std::vector<Scenario>& out) {
       "once (second: cudaErrorNotSupported) and cannot be relaunched (cudaErrorInvalidValue) while the allocation "
       "is live. The allocation's bytes are graph-pool bytes after a launch, until freed.",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        void* p = nullptr;
-        device::Graph g = capture_memnode(r, s, buf, &p, false);
+        auto [s, buf, p, g] = memnode(r, false);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate #1", g);
         r.instantiate("cudaGraphInstantiate #2", g, 0, Status::NotSupported);
-        Status st = r.launch("cudaGraphLaunch(exec, s)", e, s);
-        if (device::ok(st)) r.adopt_graph_alloc(p);
+        launch_keeping(r, "cudaGraphLaunch(exec, s)", e, s, p);
         r.buffer("buf after the replay", buf, 4, rep(4, 5));
         r.buffer("p (the graph allocation, still live) after the replay", p, 4, rep(4, 5));
         r.value("graph-pool bytes live after the launch", r.live_delta(MemCategory::GraphPool), 1024);
@@ -245,8 +260,7 @@ void add_memnodes(std::vector<Scenario>& out) {
                 r.live_delta(MemCategory::Activations), 0);
         r.launch("cudaGraphLaunch(exec, s) again, allocation still live", e, s, Status::InvalidValue);
         r.sync("cudaDeviceSynchronize after the refused launch");
-        r.call("cudaFreeAsync(p, s) outside the graph", r.dev().free_async(p, s), Status::Success);
-        r.release(p);
+        free_async(r, "cudaFreeAsync(p, s) outside the graph", p, s);
         r.sync();
         r.value("graph-pool bytes live after the free", r.live_delta(MemCategory::GraphPool), 0);
       });
@@ -256,20 +270,15 @@ void add_memnodes(std::vector<Scenario>& out) {
                   "can be launched again, at the same address") +
           kInferred,
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        void* p = nullptr;
-        device::Graph g = capture_memnode(r, s, buf, &p, false);
+        auto [s, buf, p, g] = memnode(r, false);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
-        if (device::ok(r.launch("cudaGraphLaunch(exec, s) #1", e, s))) r.adopt_graph_alloc(p);
-        r.call("cudaFreeAsync(p, s)", r.dev().free_async(p, s), Status::Success);
-        r.release(p);
+        launch_keeping(r, "cudaGraphLaunch(exec, s) #1", e, s, p);
+        free_async(r, "cudaFreeAsync(p, s)", p, s);
         r.upload(buf, rep(4, 0));
-        if (device::ok(r.launch("cudaGraphLaunch(exec, s) #2 after the free", e, s))) r.adopt_graph_alloc(p);
+        launch_keeping(r, "cudaGraphLaunch(exec, s) #2 after the free", e, s, p);
         r.buffer("buf after the second replay", buf, 4, rep(4, 5));
         r.buffer("p after the second replay (same address)", p, 4, rep(4, 5));
-        r.call("cudaFreeAsync(p, s) again", r.dev().free_async(p, s), Status::Success);
-        r.release(p);
+        free_async(r, "cudaFreeAsync(p, s) again", p, s);
         r.sync();
         r.value("graph-pool bytes live after the free", r.live_delta(MemCategory::GraphPool), 0);
       });
@@ -278,21 +287,17 @@ void add_memnodes(std::vector<Scenario>& out) {
       "With cudaGraphInstantiateFlagAutoFreeOnLaunch, a graph holding an unfreed allocation can be relaunched: the "
       "previous allocation is freed first, the address stays the same, one allocation's bytes are live.",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        void* p = nullptr;
-        device::Graph g = capture_memnode(r, s, buf, &p, false);
+        auto [s, buf, p, g] = memnode(r, false);
         device::GraphExec e =
             r.instantiate("cudaGraphInstantiate(AutoFreeOnLaunch)", g, device::kGraphInstantiateAutoFreeOnLaunch);
-        if (device::ok(r.launch("cudaGraphLaunch(exec, s) #1", e, s))) r.adopt_graph_alloc(p);
+        launch_keeping(r, "cudaGraphLaunch(exec, s) #1", e, s, p);
         r.buffer("buf after the first replay", buf, 4, rep(4, 5));
         r.upload(buf, rep(4, 0));
         r.launch("cudaGraphLaunch(exec, s) #2", e, s);
         r.buffer("buf after the second replay", buf, 4, rep(4, 5));
         r.buffer("p after the second replay (same address)", p, 4, rep(4, 5));
         r.value("graph-pool bytes live after two launches", r.live_delta(MemCategory::GraphPool), 1024);
-        r.call("cudaFreeAsync(p, s) outside the graph", r.dev().free_async(p, s), Status::Success);
-        r.release(p);
+        free_async(r, "cudaFreeAsync(p, s) outside the graph", p, s);
         r.sync();
         r.value("graph-pool bytes live after the free", r.live_delta(MemCategory::GraphPool), 0);
       });
@@ -358,8 +363,7 @@ void add_memory(std::vector<Scenario>& out) {
         r.sync();
         r.value("workspace bytes live", r.live_delta(MemCategory::Workspace), 2048);
         r.value("graph_pool bytes live", r.live_delta(MemCategory::GraphPool), 0);
-        r.call("cudaFreeAsync(p, s)", r.dev().free_async(p, s), Status::Success);
-        r.release(p);
+        free_async(r, "cudaFreeAsync(p, s)", p, s);
         r.sync();
         r.value("workspace bytes live after the free", r.live_delta(MemCategory::Workspace), 0);
       });
@@ -368,17 +372,13 @@ void add_memory(std::vector<Scenario>& out) {
       "cudaMallocAsync during capture becomes a graph memory node and its bytes are accounted to the graph pool "
       "whatever category was asked for: after a launch they are graph-pool bytes, not activations.",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        void* p = nullptr;
-        device::Graph g = capture_memnode(r, s, buf, &p, false, MemCategory::Activations);
+        auto [s, buf, p, g] = memnode(r, false, MemCategory::Activations);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
-        if (device::ok(r.launch("cudaGraphLaunch(exec, s)", e, s))) r.adopt_graph_alloc(p);
+        launch_keeping(r, "cudaGraphLaunch(exec, s)", e, s, p);
         r.sync();
         r.value("graph_pool bytes live after the launch", r.live_delta(MemCategory::GraphPool), 1024);
         r.value("activations bytes live after the launch", r.live_delta(MemCategory::Activations), 0);
-        r.call("cudaFreeAsync(p, s)", r.dev().free_async(p, s), Status::Success);
-        r.release(p);
+        free_async(r, "cudaFreeAsync(p, s)", p, s);
         r.sync();
         r.value("graph_pool bytes live after the free", r.live_delta(MemCategory::GraphPool), 0);
       });

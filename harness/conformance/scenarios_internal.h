@@ -41,4 +41,12 @@ uint64_t capture_id(Recorder& r, device::Stream s);
 // n copies of v.
 std::vector<uint32_t> rep(size_t n, uint32_t v);
 
+// r.launch() of a graph whose allocation p is live after it: p is the Recorder's when it launched.
+Status launch_keeping(Recorder& r, const std::string& label, device::GraphExec e, Stream s, void* p);
+// cudaFreeAsync(p, s), recorded (expected Success); the scenario freed p, so the Recorder forgets it.
+void free_async(Recorder& r, const std::string& label, void* p, Stream s);
+// cudaMalloc(bytes, other) as the call under test: not recorded (the caller records its status
+// against the rule); a pointer it returns is the Recorder's.
+Status try_malloc(Recorder& r, size_t bytes);
+
 }  // namespace recap::conformance::detail

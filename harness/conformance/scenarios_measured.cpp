@@ -12,6 +12,27 @@ device::Graph capture_increment(Recorder& r, Stream t, uint32_t* buf) {
   return r.end("cudaStreamEndCapture(t)", t, Status::Success, 1);
 }
 
+// Records the capture on s as invalidated (`status_label`), then ends it: 901, no graph.
+void end_invalidated(Recorder& r, Stream s, const std::string& status_label, const std::string& end_label) {
+  r.capture(status_label, s, CaptureStatus::Invalidated);
+  r.end(end_label, s, Status::StreamCaptureInvalidated, -1);
+}
+
+// The setup of a misuse scenario: streams s and t, and the graph of capture_increment on t.
+struct Increment {
+  Stream s, t;
+  uint32_t* buf = nullptr;
+  device::Graph g;
+};
+Increment increment_setup(Recorder& r) {
+  Increment m;
+  m.s = r.stream(true);
+  m.t = r.stream(true);
+  m.buf = r.alloc(4);
+  m.g = capture_increment(r, m.t, m.buf);
+  return m;
+}
+
 }  // namespace
 
 void add_measured(std::vector<Scenario>& out) {
@@ -21,10 +42,7 @@ void add_measured(std::vector<Scenario>& out) {
         Stream s = r.stream(true);
         r.begin("cudaStreamBeginCapture(s, global)", s, CaptureMode::Global);
         r.flag("capture id of the active capture is non-zero", capture_id(r, s) != 0, true);
-        void* p = nullptr;
-        Status st = r.dev().malloc(&p, 256, MemCategory::Other);
-        if (device::ok(st) && p) r.adopt_device(p);
-        r.call("cudaMalloc from the capturing thread (invalidates)", st, Status::StreamCaptureUnsupported);
+        r.call("cudaMalloc from the capturing thread (invalidates)", try_malloc(r, 256), Status::StreamCaptureUnsupported);
         r.capture("capture status after the invalidation", s, CaptureStatus::Invalidated);
         r.value("capture id of the invalidated capture", static_cast<int64_t>(capture_id(r, s)), 0);
         r.end("cudaStreamEndCapture(s)", s, Status::StreamCaptureInvalidated, -1);
@@ -49,15 +67,11 @@ void add_measured(std::vector<Scenario>& out) {
   add(out, "measured.graph_launch.into_capturing_stream",
       "Launching a graph into a capturing stream returns 900 and invalidates the capture (no child-graph node).",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        Stream t = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        device::Graph g = capture_increment(r, t, buf);
+        auto [s, t, buf, g] = increment_setup(r);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
         r.begin("cudaStreamBeginCapture(s, global)", s, CaptureMode::Global);
         r.launch("cudaGraphLaunch(exec, s) while s captures", e, s, Status::StreamCaptureUnsupported);
-        r.capture("capture status of s after the launch", s, CaptureStatus::Invalidated);
-        r.end("cudaStreamEndCapture(s)", s, Status::StreamCaptureInvalidated, -1);
+        end_invalidated(r, s, "capture status of s after the launch", "cudaStreamEndCapture(s)");
         r.buffer("buf: the graph never ran", buf, 4, rep(4, 0));
       });
 
@@ -91,16 +105,12 @@ void add_measured(std::vector<Scenario>& out) {
       "cudaGraphExecDestroy during a Global capture on the capturing thread returns 900 and invalidates it "
       "(it is a potentially unsafe call, like cudaFree).",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        Stream t = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        device::Graph g = capture_increment(r, t, buf);
+        auto [s, t, buf, g] = increment_setup(r);
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
         r.begin("cudaStreamBeginCapture(s, global)", s, CaptureMode::Global);
         r.call("cudaGraphExecDestroy(exec) during the capture", r.dev().graph_exec_destroy(e),
                Status::StreamCaptureUnsupported);
-        r.capture("capture status of s", s, CaptureStatus::Invalidated);
-        r.end("cudaStreamEndCapture(s)", s, Status::StreamCaptureInvalidated, -1);
+        end_invalidated(r, s, "capture status of s", "cudaStreamEndCapture(s)");
         r.launch("cudaGraphLaunch(exec, t): the executable survived", e, t);
         r.buffer("buf after one replay", buf, 4, rep(4, 1));
       });
@@ -108,14 +118,10 @@ void add_measured(std::vector<Scenario>& out) {
   add(out, "measured.graph_instantiate.during_global_capture",
       "cudaGraphInstantiate during a Global capture on the capturing thread returns 900 and invalidates it.",
       [](Recorder& r) {
-        Stream s = r.stream(true);
-        Stream t = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        device::Graph g = capture_increment(r, t, buf);
+        auto [s, t, buf, g] = increment_setup(r);
         r.begin("cudaStreamBeginCapture(s, global)", s, CaptureMode::Global);
         r.instantiate("cudaGraphInstantiate during the capture", g, 0, Status::StreamCaptureUnsupported);
-        r.capture("capture status of s", s, CaptureStatus::Invalidated);
-        r.end("cudaStreamEndCapture(s)", s, Status::StreamCaptureInvalidated, -1);
+        end_invalidated(r, s, "capture status of s", "cudaStreamEndCapture(s)");
       });
 
   add(out, "measured.wait.never_recorded_event_in_capture",
@@ -140,8 +146,7 @@ void add_measured(std::vector<Scenario>& out) {
         r.call("cudaEventRecord(e, s)", r.dev().event_record(e, s), Status::Success);
         r.call("cudaStreamWaitEvent(legacy stream, e)", r.dev().stream_wait_event(Stream::legacy(), e),
                Status::StreamCaptureImplicit);
-        r.capture("capture status of s", s, CaptureStatus::Invalidated);
-        r.end("cudaStreamEndCapture(s)", s, Status::StreamCaptureInvalidated, -1);
+        end_invalidated(r, s, "capture status of s", "cudaStreamEndCapture(s)");
       });
 }
 

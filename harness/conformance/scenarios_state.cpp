@@ -11,10 +11,7 @@ constexpr const char* kInferred = " (inferred)";
 
 // Makes the capture on `s` invalid with a call barred on the capturing thread (cudaMalloc).
 void invalidate_with_malloc(Recorder& r) {
-  void* p = nullptr;
-  Status st = r.dev().malloc(&p, 256, MemCategory::Other);
-  if (device::ok(st) && p) r.adopt_device(p);
-  r.call("cudaMalloc from the capturing thread (invalidates)", st, Status::StreamCaptureUnsupported);
+  r.call("cudaMalloc from the capturing thread (invalidates)", try_malloc(r, 256), Status::StreamCaptureUnsupported);
 }
 
 // s2 joins the capture of s1: record e on s1, s2 waits on e.
@@ -27,6 +24,12 @@ void fork(Recorder& r, Stream s1, Stream s2, Event e) {
 void join(Recorder& r, Stream s1, Stream s2, Event e) {
   r.call("cudaEventRecord(e2, s2)", r.dev().event_record(e, s2), Status::Success);
   r.call("cudaStreamWaitEvent(s1, e2) (join)", r.dev().stream_wait_event(s1, e), Status::Success);
+}
+
+// The capture status of s1 and of s2, both expected `st` ("capture status of s1" + when).
+void capture_both(Recorder& r, Stream s1, Stream s2, const std::string& when, CaptureStatus st) {
+  r.capture("capture status of s1" + when, s1, st);
+  r.capture("capture status of s2" + when, s2, st);
 }
 
 void add_begin(std::vector<Scenario>& out) {
@@ -81,8 +84,7 @@ void add_begin(std::vector<Scenario>& out) {
         fork(r, s1, s2, e1);
         r.call("cudaStreamBeginCapture(s2, global) on the member stream",
                r.dev().stream_begin_capture(s2, CaptureMode::Global), Status::IllegalState);
-        r.capture("capture status of s1", s1, CaptureStatus::Active);
-        r.capture("capture status of s2", s2, CaptureStatus::Active);
+        capture_both(r, s1, s2, "", CaptureStatus::Active);
         join(r, s1, s2, e2);
         r.end("cudaStreamEndCapture(s1)", s1, Status::Success, 1);
       });
@@ -146,8 +148,7 @@ void add_fork_join_end(std::vector<Scenario>& out) {
         join(r, s1, s2, e2);
         r.kernel("kernel add_u32(a += b) on s1", k::add_u32(a, b, 4), s1);
         device::Graph g = r.end("cudaStreamEndCapture(s1)", s1, Status::Success, 4);
-        r.capture("capture status of s1 after end", s1, CaptureStatus::None);
-        r.capture("capture status of s2 after end", s2, CaptureStatus::None);
+        capture_both(r, s1, s2, " after end", CaptureStatus::None);
         r.buffer("a after the capture (nothing ran)", a, 4, rep(4, 0));
         r.buffer("b after the capture (nothing ran)", b, 4, rep(4, 0));
         device::GraphExec e = r.instantiate("cudaGraphInstantiate", g);
@@ -169,8 +170,7 @@ void add_fork_join_end(std::vector<Scenario>& out) {
         fork(r, s1, s2, e1);
         r.kernel("kernel copy_u32(b <- a) on s2 (never joined back)", k::copy_u32(b, a, 4), s2);
         r.end("cudaStreamEndCapture(s1)", s1, Status::StreamCaptureUnjoined, 0);
-        r.capture("capture status of s1 after end", s1, CaptureStatus::None);
-        r.capture("capture status of s2 after end", s2, CaptureStatus::None);
+        capture_both(r, s1, s2, " after end", CaptureStatus::None);
       });
 
   add(out, "state.end_on_wrong_stream",
@@ -188,8 +188,7 @@ void add_fork_join_end(std::vector<Scenario>& out) {
         r.kernel("kernel increment_u32(a) on s2", k::increment_u32(a, 4), s2);
         join(r, s1, s2, e2);
         r.end("cudaStreamEndCapture(s2) (not the origin)", s2, Status::StreamCaptureUnmatched, 0);
-        r.capture("capture status of s1 after the wrong end", s1, CaptureStatus::Invalidated);
-        r.capture("capture status of s2 after the wrong end", s2, CaptureStatus::Invalidated);
+        capture_both(r, s1, s2, " after the wrong end", CaptureStatus::Invalidated);
         r.end("cudaStreamEndCapture(s1) (origin)", s1, Status::StreamCaptureInvalidated, 0);
         r.capture("capture status of s1 after its end", s1, CaptureStatus::None);
         r.capture("capture status of s2 after the origin's end", s2, CaptureStatus::None);
@@ -210,12 +209,10 @@ void add_fork_join_end(std::vector<Scenario>& out) {
         r.kernel("kernel fill_u32(b) on s2", k::fill_u32(b, 4, 2), s2);
         r.call("cudaStreamWaitEvent(s2, e1) across captures", r.dev().stream_wait_event(s2, e1),
                Status::StreamCaptureMerge);
-        r.capture("capture status of s1", s1, CaptureStatus::Invalidated);
-        r.capture("capture status of s2", s2, CaptureStatus::Invalidated);
+        capture_both(r, s1, s2, "", CaptureStatus::Invalidated);
         r.end("cudaStreamEndCapture(s1)", s1, Status::StreamCaptureInvalidated, 0);
         r.end("cudaStreamEndCapture(s2)", s2, Status::StreamCaptureInvalidated, 0);
-        r.capture("capture status of s1 after end", s1, CaptureStatus::None);
-        r.capture("capture status of s2 after end", s2, CaptureStatus::None);
+        capture_both(r, s1, s2, " after end", CaptureStatus::None);
       });
 
   for (CaptureMode m : {CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed}) {
@@ -294,8 +291,7 @@ void add_invalidation(std::vector<Scenario>& out) {
         r.capture("capture status of s2", s2, CaptureStatus::Invalidated);
         r.kernel("kernel increment_u32(a) on s2", k::increment_u32(a, 4), s2, Status::StreamCaptureInvalidated);
         r.end("cudaStreamEndCapture(s1)", s1, Status::StreamCaptureInvalidated, 0);
-        r.capture("capture status of s1 after end", s1, CaptureStatus::None);
-        r.capture("capture status of s2 after end", s2, CaptureStatus::None);
+        capture_both(r, s1, s2, " after end", CaptureStatus::None);
       });
 
   add(out, "capture.non_member_stream_eager",
@@ -396,46 +392,42 @@ void add_thread_modes(std::vector<Scenario>& out) {
         r.text("the main thread's previous mode", device::capture_mode_name(m), "relaxed");
       });
 
-  add(out, "thread_mode.other_thread_owns_global_capture",
-      "A thread in global mode is barred from potentially unsafe calls while another thread owns an active global "
-      "capture: here the capture is begun on another thread and the main thread's cudaMalloc returns 900 and "
-      "invalidates it.",
-      [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        r.on_worker([&] {
-          r.begin("cudaStreamBeginCapture(s, global) on another thread", s, CaptureMode::Global);
-          r.kernel("kernel fill_u32(buf) on s (other thread)", k::fill_u32(buf, 4, 1), s);
-        });
-        void* p = nullptr;
-        Status st = r.dev().malloc(&p, 256, MemCategory::Other);
-        if (device::ok(st) && p) r.adopt_device(p);
-        r.call("cudaMalloc on the main thread", st, Status::StreamCaptureUnsupported);
-        r.capture("capture status of s", s, CaptureStatus::Invalidated);
-        r.on_worker([&] {
-          r.end("cudaStreamEndCapture(s) on the capturing thread", s, Status::StreamCaptureInvalidated, 0);
-        });
-        r.capture("capture status of s after end", s, CaptureStatus::None);
+  // A capture begun on another thread, and the main thread's cudaMalloc (global mode) meanwhile.
+  struct OtherThreadCapture {
+    const char* name;
+    const char* rule;
+    CaptureMode mode;
+    Status malloc_status;   // the main thread's cudaMalloc
+    CaptureStatus after;    // the capture after it
+    Status end_status;
+    int end_nodes;
+  };
+  const OtherThreadCapture other_thread_captures[] = {
+      {"thread_mode.other_thread_owns_global_capture",
+       "A thread in global mode is barred from potentially unsafe calls while another thread owns an active global "
+       "capture: here the capture is begun on another thread and the main thread's cudaMalloc returns 900 and "
+       "invalidates it.",
+       CaptureMode::Global, Status::StreamCaptureUnsupported, CaptureStatus::Invalidated,
+       Status::StreamCaptureInvalidated, 0},
+      {"thread_mode.other_thread_owns_threadlocal_capture",
+       "A thread-local capture owned by another thread does not bar the main thread (global mode): its cudaMalloc "
+       "succeeds eagerly and the capture stays active.",
+       CaptureMode::ThreadLocal, Status::Success, CaptureStatus::Active, Status::Success, 1},
+  };
+  for (const OtherThreadCapture& c : other_thread_captures) {
+    add(out, c.name, c.rule, [c](Recorder& r) {
+      Stream s = r.stream(true);
+      uint32_t* buf = r.alloc(4);
+      r.on_worker([&] {
+        r.begin("cudaStreamBeginCapture(s, " + device::capture_mode_name(c.mode) + ") on another thread", s, c.mode);
+        r.kernel("kernel fill_u32(buf) on s (other thread)", k::fill_u32(buf, 4, 1), s);
       });
-
-  add(out, "thread_mode.other_thread_owns_threadlocal_capture",
-      "A thread-local capture owned by another thread does not bar the main thread (global mode): its cudaMalloc "
-      "succeeds eagerly and the capture stays active.",
-      [](Recorder& r) {
-        Stream s = r.stream(true);
-        uint32_t* buf = r.alloc(4);
-        r.on_worker([&] {
-          r.begin("cudaStreamBeginCapture(s, thread-local) on another thread", s, CaptureMode::ThreadLocal);
-          r.kernel("kernel fill_u32(buf) on s (other thread)", k::fill_u32(buf, 4, 1), s);
-        });
-        void* p = nullptr;
-        Status st = r.dev().malloc(&p, 256, MemCategory::Other);
-        if (device::ok(st) && p) r.adopt_device(p);
-        r.call("cudaMalloc on the main thread", st, Status::Success);
-        r.capture("capture status of s", s, CaptureStatus::Active);
-        r.on_worker([&] { r.end("cudaStreamEndCapture(s) on the capturing thread", s, Status::Success, 1); });
-        r.capture("capture status of s after end", s, CaptureStatus::None);
-      });
+      r.call("cudaMalloc on the main thread", try_malloc(r, 256), c.malloc_status);
+      r.capture("capture status of s", s, c.after);
+      r.on_worker([&] { r.end("cudaStreamEndCapture(s) on the capturing thread", s, c.end_status, c.end_nodes); });
+      r.capture("capture status of s after end", s, CaptureStatus::None);
+    });
+  }
 }
 
 void add_last_error(std::vector<Scenario>& out) {

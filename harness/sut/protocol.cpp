@@ -23,7 +23,7 @@ Frame frame_descriptor(const Json& d, size_t index, const Limits& limits) {
   Frame f;
   if (!d.contains("name") || !d["name"].is_string()) throw ProtocolError(at + ": missing name");
   f.name = d["name"].get<std::string>();
-  if (d.contains("dtype") && !d["dtype"].is_string())  // d.value() would throw nlohmann's type_error (tests/fuzz)
+  if (d.contains("dtype") && !d["dtype"].is_string())  // d.value() would throw nlohmann's type_error (tests/libfuzzer)
     throw ProtocolError("frame '" + excerpt(f.name) + "': dtype must be a string");
   f.dtype = d.value("dtype", std::string("f32"));
   const size_t es = element_size(f.dtype);

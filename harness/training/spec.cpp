@@ -313,7 +313,7 @@ std::string case_from_json(const Json& j, CaseSpec* out) {
   try {
     parse_case(j, &s);
   } catch (const ParseError& e) {
-    return one_line(e.what);  // it may echo a value of the file: escaped, cut (found by tests/fuzz)
+    return one_line(e.what);  // it may echo a value of the file: escaped, cut (found by tests/libfuzzer)
   }
   std::string err = validate(s);
   if (!err.empty()) return one_line(err);

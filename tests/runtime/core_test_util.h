@@ -16,6 +16,7 @@
 
 #include "harness/device/device.h"
 #include "harness/device/status.h"
+#include "harness/runtime/philox.h"
 
 namespace recap::device {
 // Names the backend in gtest's messages ("where GetParam() = sim").
@@ -32,6 +33,13 @@ namespace recap::runtime::coretest {
   ASSERT_EQ(::recap::device::error_name(call), ::recap::device::error_name(expected))
 #define CORE_ASSERT_OK(call) CORE_ASSERT_STATUS(::recap::device::Status::Success, call)
 #define CORE_EXPECT_OK(call) CORE_EXPECT_STATUS(::recap::device::Status::Success, call)
+
+// The first n values of Philox stream (seed, offset): what a generator at that state draws.
+inline std::vector<uint32_t> philox_values(uint64_t seed, uint64_t offset, size_t n) {
+  std::vector<uint32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = philox_value(seed, offset, i);
+  return v;
+}
 
 class CoreTest : public ::testing::TestWithParam<device::BackendChoice> {
  public:  // helpers are used by free functions of the tests too

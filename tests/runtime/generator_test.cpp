@@ -18,15 +18,10 @@ namespace recap::runtime {
 namespace {
 
 using coretest::CoreTest;
+using coretest::philox_values;
 using GeneratorTest = CoreTest;
 
 constexpr uint64_t kSeed = 42;
-
-std::vector<uint32_t> philox_values(uint64_t seed, uint64_t offset, size_t n) {
-  std::vector<uint32_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = philox_value(seed, offset, i);
-  return v;
-}
 
 // The offset (multiple of 4, below 256) whose first values are `v`, or -1.
 int64_t offset_of(const std::vector<uint32_t>& v, uint64_t seed) {

@@ -13,16 +13,11 @@ namespace recap::runtime {
 namespace {
 
 using coretest::CoreTest;
+using coretest::philox_values;
 using LedgerTest = CoreTest;
 using ContextTest = CoreTest;
 
 constexpr uint64_t kSeed = 77;
-
-std::vector<uint32_t> philox_values(uint64_t seed, uint64_t offset, size_t n) {
-  std::vector<uint32_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = philox_value(seed, offset, i);
-  return v;
-}
 
 // Every field spelled out: a partial brace-init of the aggregate warns under -Wextra.
 Ctx make_ctx(device::Device& dev, device::Stream s, Allocator& alloc, RngTracker& rng, RngLedger* ledger) {

@@ -32,21 +32,16 @@ inline CaseSpec acceptance_spec(ExecutorKind executor, bool checkpoint = true) {
     f.graphed = true;
     s.layers.push_back(f);
   }
-  s.style = CheckpointStyle::Reentrant;
-  s.policy = CheckpointPolicy::GraphSafe;
+  // CaseSpec's defaults for the rest: reentrant style, graph-safe policy and generator, shared
+  // device state, backward warmup, shared pool, lr 0.05.
   s.executor = executor;
   s.warmup = 3;
   s.replays = 5;
   s.microbatches = 2;
   s.order = {1, 1, -1, -1};
-  s.generator = GeneratorMode::GraphSafe;
-  s.device_state = DeviceStateModel::Shared;
-  s.warmup_backward = WarmupBackward::Backward;
-  s.shared_pool = true;
   s.param_seed = 11;
   s.data_seed = 22;
   s.rng_seed = 33;
-  s.lr = 0.05f;
   return s;
 }
 
