@@ -1,4 +1,5 @@
-// Shared pieces of the recap command line: exit codes, one-line usage errors, backend option.
+// Shared pieces of the recap command line (cli.cpp): exit codes, one-line usage errors, the backend,
+// property and system-under-test options, output checks; the subcommands' registration.
 #pragma once
 
 #include <functional>

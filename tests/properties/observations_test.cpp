@@ -75,7 +75,7 @@ class ObservedSut : public sut::Sut {
   explicit ObservedSut(std::function<Observation(const CaseSpec&)> of) : of_(std::move(of)) {}
   std::string name() const override { return "framework"; }
   bool recap_runtime() const override { return false; }
-  sut::SutRun run(const CaseSpec& spec) override {
+  sut::SutRun run(const CaseSpec& spec, const sut::RunRequest&) override {
     sut::SutRun r;
     r.result = sut::run_result_of(of_(spec).message(), spec);
     return r;  // no hygiene, no live_after: a framework reports neither
