@@ -453,8 +453,7 @@ int framework_mutants(const MutantsArgs& a) {
 }  // namespace
 
 void add_mutants_command(CLI::App& app, Runner* runner) {
-  auto a = std::make_shared<MutantsArgs>();
-  auto* cmd = add_command(app, runner, a, mutants, "mutants",
+  auto [cmd, a] = add_command<MutantsArgs>(app, runner, mutants, "mutants",
       "Kill gate of the oracles: per fault point (a named broken mechanism of recap's runtime, docs/faults.md) a "
       "fixed-seed campaign with it on, after a clean baseline without it; killed when a case fails. Kills are shrunk "
       "and written to --corpus-dir with their fault. With --sut torch|megatron: the framework's mutants, each in a worker "

@@ -40,27 +40,19 @@ const std::vector<std::string>& property_names() {
   return names;
 }
 
-CheckResult passed(const std::string& property, const std::string& evidence) {
-  CheckResult c;
-  c.property = property;
-  c.disposition = Disposition::Passed;
-  c.evidence = evidence;
-  return c;
-}
-
-CheckResult skipped(const std::string& property, const std::string& why) {
-  CheckResult c;
-  c.property = property;
-  c.disposition = Disposition::Skipped;
-  c.reason = why;
-  return c;
-}
-
 CheckResult bad(const std::string& property, Disposition d, const std::string& why) {
   CheckResult c;
   c.property = property;
   c.disposition = d;
   c.reason = why;
+  return c;
+}
+
+CheckResult skipped(const std::string& property, const std::string& why) { return bad(property, Disposition::Skipped, why); }
+
+CheckResult passed(const std::string& property, const std::string& evidence) {
+  CheckResult c = bad(property, Disposition::Passed, "");
+  c.evidence = evidence;
   return c;
 }
 

@@ -60,14 +60,16 @@ training::CaseSpec spec_of(const reports::FailureRecord& f) {
   return spec;
 }
 
-// Seed 1 under the naive policy: its first chunk fails within a few cases.
-FuzzOptions naive_campaign(int cases) {
+FuzzOptions campaign(uint64_t seed, int cases, training::CheckpointPolicy policy) {
   FuzzOptions o;
-  o.seed = 1;
+  o.seed = seed;
   o.cases = cases;
-  o.gen.policy = training::CheckpointPolicy::Naive;
+  o.gen.policy = policy;
   return o;
 }
+
+// Seed 1 under the naive policy: its first chunk fails within a few cases.
+FuzzOptions naive_campaign(int cases) { return campaign(1, cases, training::CheckpointPolicy::Naive); }
 
 TEST(Fuzz, NaiveFindsTheCaptureFailureAndShrinksItToOneLayer) {
   FuzzOptions o = naive_campaign(50);
@@ -100,10 +102,7 @@ TEST(Fuzz, NaiveFindsTheCaptureFailureAndShrinksItToOneLayer) {
 }
 
 TEST(Fuzz, GraphSafePasses) {
-  FuzzOptions o;
-  o.seed = 7;
-  o.cases = 150;
-  o.gen.policy = training::CheckpointPolicy::GraphSafe;
+  FuzzOptions o = campaign(7, 150, training::CheckpointPolicy::GraphSafe);
   CampaignResult st = fuzz(o);
   EXPECT_TRUE(st.failures.empty()) << st.failures[0].reason;
   EXPECT_EQ(st.cases, 150);
@@ -112,10 +111,7 @@ TEST(Fuzz, GraphSafePasses) {
 }
 
 TEST(Fuzz, SkipPassesWithTheMemoryFinding) {
-  FuzzOptions o;
-  o.seed = 3;
-  o.cases = 60;
-  o.gen.policy = training::CheckpointPolicy::Skip;
+  FuzzOptions o = campaign(3, 60, training::CheckpointPolicy::Skip);
   CampaignResult st = fuzz(o);
   EXPECT_TRUE(st.failures.empty()) << st.failures[0].reason;
   ASSERT_FALSE(st.findings.empty());
@@ -143,10 +139,7 @@ TEST(Fuzz, SameSeedSameReports) {
 }
 
 TEST(Fuzz, ShardsAreDisjointAndCoverTheCampaign) {
-  FuzzOptions o;
-  o.seed = 5;
-  o.cases = 300;
-  o.gen.policy = training::CheckpointPolicy::GraphSafe;
+  FuzzOptions o = campaign(5, 300, training::CheckpointPolicy::GraphSafe);
   CampaignResult whole = fuzz(o);
   std::vector<std::string> all, parts;
   for (const auto& r : whole.reports) all.push_back(r["spec"].dump());
@@ -162,10 +155,7 @@ TEST(Fuzz, ShardsAreDisjointAndCoverTheCampaign) {
 }
 
 TEST(Fuzz, ClassificationAndProgress) {
-  FuzzOptions o;
-  o.seed = 2;
-  o.cases = 100;
-  o.gen.policy = training::CheckpointPolicy::GraphSafe;
+  FuzzOptions o = campaign(2, 100, training::CheckpointPolicy::GraphSafe);
   int calls = 0, last = 0;
   CampaignResult st = fuzz(o, [&](const Progress& p) {
     ++calls;
