@@ -130,9 +130,7 @@ std::string diagnose(const CaseReport& r) {
   // generic one on the first (a divergence from eager)
   for (const Rule& rule : rules())
     for (const auto& c : r.checks) {
-      if (c.disposition != Disposition::Failed && c.disposition != Disposition::Incorrect &&
-          c.disposition != Disposition::Crashed)
-        continue;
+      if (!failing(c.disposition)) continue;
       if (rule.matches(Symptom{r.spec, c}))
         return std::string(rule.bug_class) == "-" ? rule.name : std::string("class ") + rule.bug_class + ": " + rule.name;
     }

@@ -9,6 +9,7 @@
 // With keep_going a chunk goes on after its counterexample (a new RapidCheck run over the cases
 // left), and shrinks each distinct failure once.
 #include "properties/fuzz.h"
+#include "properties/diagnosis.h"
 
 #include <algorithm>
 #include <chrono>
@@ -95,53 +96,57 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-bool failing(Disposition d) {
-  return d == Disposition::Failed || d == Disposition::Incorrect || d == Disposition::Crashed;
-}
-
 // What identifies a failure while shrinking.
 std::string signature(const CaseReport& r) {
-  for (const auto& c : r.checks)
-    if (failing(c.disposition)) return c.property + "/" + disposition_name(c.disposition) + "/" + c.cuda_error;
-  return "";
+  const CheckResult* c = first_failing_check(r);
+  return c ? c->property + "/" + disposition_name(c->disposition) + "/" + c->cuda_error : "";
 }
 
 }  // namespace
 
 std::string bucket_of(const CaseReport& r) {
-  for (const auto& c : r.checks)
-    if (failing(c.disposition)) {
-      std::string kind;
-      if (c.divergence) kind = c.divergence->tensor.substr(0, c.divergence->tensor.find(' '));
-      return c.property + "/" + disposition_name(c.disposition) + "/" + c.api + "/" + c.cuda_error + "/" + kind;
-    }
-  return "";
+  const CheckResult* c = first_failing_check(r);
+  if (!c) return "";
+  std::string kind;
+  if (c->divergence) kind = c->divergence->tensor.substr(0, c->divergence->tensor.find(' '));
+  return c->property + "/" + disposition_name(c->disposition) + "/" + c->api + "/" + c->cuda_error + "/" + kind;
 }
 
 std::string bucket_of_json(const Json& report) {
   if (!report.is_object() || !report.contains("checks") || !report["checks"].is_array()) return "";
-  for (const auto& c : report["checks"]) {
-    const std::string d = c.value("disposition", "");
-    if (d != disposition_name(Disposition::Failed) && d != disposition_name(Disposition::Incorrect) &&
-        d != disposition_name(Disposition::Crashed))
-      continue;
-    const Json e = c.value("capture_error", Json::object());
-    std::string kind;
-    if (c.contains("divergence")) {
-      const std::string t = c["divergence"].value("tensor", "");
-      kind = t.substr(0, t.find(' '));
+  CaseReport r;  // what bucket_of reads of each check: property, disposition, capture error, divergence
+  for (const auto& j : report["checks"]) {
+    CheckResult c;
+    c.property = j.value("property", "");
+    if (!disposition_from_name(j.value("disposition", ""), &c.disposition)) c.disposition = Disposition::Skipped;
+    const Json e = j.value("capture_error", Json::object());
+    c.api = e.value("api", "");
+    c.cuda_error = e.value("error", "");
+    if (j.contains("divergence")) {
+      c.divergence.emplace();
+      c.divergence->tensor = j["divergence"].value("tensor", "");
     }
-    return c.value("property", "") + "/" + d + "/" + e.value("api", "") + "/" + e.value("error", "") + "/" + kind;
+    r.checks.push_back(std::move(c));
   }
-  return "";
+  return bucket_of(r);
 }
 
 namespace {
 
-std::string first_failing_property(const CaseReport& r) {
-  for (const auto& c : r.checks)
-    if (failing(c.disposition)) return c.property;
-  return "";
+// A shrunk counterexample as the reports hold it, named by its first failing check.
+reports::FailureRecord failure_record(const CaseReport& shrunk) {
+  reports::FailureRecord f;
+  f.case_json = training::case_to_json(shrunk.spec);
+  f.report = case_report_to_json(shrunk);
+  f.disposition = disposition_name(shrunk.disposition);
+  if (const CheckResult* c = first_failing_check(shrunk)) {
+    f.property = c->property;
+    f.error = c->cuda_error;
+    f.api = c->api;
+  }
+  f.reason = shrunk.first_failure();
+  f.diagnosis = diagnose(shrunk);
+  return f;
 }
 
 // "memory: recompute lost inside graphs (skip): 1234 bytes ..." -> "memory: recompute lost inside graphs (skip)"
@@ -199,8 +204,9 @@ struct Listener : rc::detail::TestListener {
 
 }  // namespace
 
-FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress) {
-  FuzzStats st;
+reports::CampaignResult fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress) {
+  reports::CampaignResult st;  // its counts are the sum of its chunks' (reports::sum_chunks), counted once
+  int done = 0;                // cases run, for the progress callback
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto stopped = [&] { return opts.stop != nullptr && opts.stop->load(); };
@@ -211,13 +217,12 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
   auto report_progress = [&] {
     if (!progress) return;
     Progress p;
-    p.done = st.cases;
+    p.done = done;
     p.failures = static_cast<int>(st.failures.size());
     p.elapsed_s = elapsed();
     p.time_left_s = opts.time_budget_s > 0 ? std::max(0.0, opts.time_budget_s - p.elapsed_s) : -1.0;
     progress(p);
   };
-
   const int chunk_cases = std::max(1, opts.chunk_cases);
   const int chunks = (opts.cases + chunk_cases - 1) / chunk_cases;
   for (int c = 0; c < chunks; ++c) {
@@ -259,31 +264,19 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
         bool fails = failing(rep.disposition);
         if (!shrinking) {
           ++ran;
-          ++st.cases;
+          ++done;
           ++totals.cases;
-          st.by_disposition[disposition_name(rep.disposition)]++;
           totals.by_disposition[disposition_name(rep.disposition)]++;
           // Coverage counts judged cases only: a skipped case exercised nothing it is labelled with.
           if (rep.disposition != Disposition::Skipped)
-            for (const auto& l : classify(spec)) {
-              st.classification[l]++;
-              totals.classification[l]++;
-            }
+            for (const auto& l : classify(spec)) totals.classification[l]++;
           for (const auto& k : rep.checks) totals.by_property[k.property][disposition_name(k.disposition)]++;
           for (const auto& f : rep.findings) {
             int64_t bytes = 0;
             for (const auto& k : rep.checks) bytes = std::max(bytes, k.bytes);
-            reports::tally_finding(&st.finding_tallies, finding_key(f), bytes);
             reports::tally_finding(&totals.finding_tallies, finding_key(f), bytes);
           }
-          if (fails) {
-            st.buckets[bucket_of(rep)]++;
-            totals.buckets[bucket_of(rep)]++;
-          }
-          if (fails && st.first_failure_case == 0) {
-            st.first_failure_case = st.cases;
-            st.first_failure_s = elapsed();
-          }
+          if (fails) totals.buckets[bucket_of(rep)]++;
           // a failure like one this chunk already shrank is counted and reported, not shrunk again
           if (fails && shrunk.count(bucket_of(rep))) fails = false;
           if (fails) {
@@ -295,11 +288,11 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
             accepted_start = opts.accepted && opts.accepted(rep);
           }
           std::string first = rep.first_failure();
-          st.reports.push_back(std::move(rep));
+          st.reports.push_back(case_report_to_json(rep));
           st.report_chunks.push_back(c);
           report_progress();
           if (fails) {
-            last_failing = st.reports.back();
+            last_failing = std::move(rep);
             RC_FAIL(first);
           }
           return;
@@ -326,14 +319,13 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
 
       rc::detail::FailureResult failure;
       if (result.match(failure) && last_failing) {
-        Counterexample cx;
-        cx.spec = last_failing->spec;
-        cx.report = *last_failing;
-        cx.shrinks = listener.accepted + (accepted_start ? 0 : delete_layers(&cx.spec, &cx.report, opts.oracle, opts.shrink_limit, opts.accepted));
-        cx.property = first_failing_property(cx.report);
+        CaseSpec spec = last_failing->spec;
+        const int deleted =
+            accepted_start ? 0 : delete_layers(&spec, &*last_failing, opts.oracle, opts.shrink_limit, opts.accepted);
+        reports::FailureRecord cx = failure_record(*last_failing);
+        cx.shrinks = listener.accepted + deleted;
         cx.seed = opts.seed;
         cx.reproduce = "RC_PARAMS=\"" + reproduce_string(meta.id, failure.reproduce) + "\"";
-        cx.description = failure.description;
         cx.bucket = first_bucket;
         cx.chunk = c;
         st.failures.push_back(std::move(cx));
@@ -348,7 +340,7 @@ FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&
     }
     totals.complete = left == 0 && !cut;
   }
-  st.findings = reports::finding_lines(st.finding_tallies);
+  reports::sum_chunks(st);
   st.seconds = elapsed();
   return st;
 }

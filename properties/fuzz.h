@@ -52,34 +52,6 @@ struct FuzzOptions {
   std::set<int> skip_chunks;
 };
 
-struct Counterexample {
-  training::CaseSpec spec;   // shrunk
-  CaseReport report;        // of the shrunk case
-  std::string property;     // the first failing property
-  std::string reproduce;    // RapidCheck's reproduce string (RC_PARAMS="reproduce=...")
-  int shrinks = 0;
-  uint64_t seed = 0;        // the campaign seed that found it
-  std::string description;  // RapidCheck's failure description (the shrunk case's first failure)
-  std::string bucket;       // bucket_of() the case that started the shrink
-  int chunk = 0;            // the chunk it came from: duplicates across chunks keep the lowest
-};
-
-struct FuzzStats {
-  int cases = 0;
-  std::map<std::string, int> by_disposition;     // "passed" -> 1980, ...
-  std::map<std::string, int> classification;    // "checkpoint+capture+dropout" -> 412, "executor=per-layer" -> ...
-  std::vector<std::string> findings;            // distinct non-failing findings (memory ...), with counts
-  std::map<std::string, reports::FindingTally> finding_tallies;  // what `findings` says, as counts
-  std::map<int, reports::ChunkTotals> chunks;  // the same totals per chunk, and which chunks ran to their end
-  std::map<std::string, int> buckets;           // bucket_of() -> failing cases in it
-  std::vector<Counterexample> failures;
-  double seconds = 0.0;
-  int first_failure_case = 0;                    // cases run when the first failing one ran (0: none)
-  double first_failure_s = -1.0;                 // seconds from the start to its verdict (-1: none)
-  std::vector<CaseReport> reports;               // every case's report, in order (for --report)
-  std::vector<int> report_chunks;                // the chunk of each
-};
-
 struct Progress {
   int done = 0;
   int failures = 0;
@@ -87,10 +59,14 @@ struct Progress {
   double time_left_s = -1.0;  // -1: no budget
 };
 
-// Runs a campaign. Deterministic for a seed: the same cases, verdicts and reports (timings aside).
-FuzzStats fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress = {});
+// Runs a campaign and returns what the reporters print: the counts (in all and per chunk), every
+// case's report in order, and each chunk's counterexamples, shrunk (reports::FailureRecord: the
+// shrunk case, its report, its first failing check's property, disposition, error and API, the
+// reproduce string, shrinks, bucket, chunk, diagnosis). Deterministic for a seed: the same cases,
+// verdicts and reports (timings aside).
+reports::CampaignResult fuzz(const FuzzOptions& opts, const std::function<void(const Progress&)>& progress = {});
 
-// What identifies a distinct bug: the first failing check's property, disposition, API, CUDA error
+// What identifies a distinct bug: first_failing_check()'s property, disposition, API, CUDA error
 // and, for a divergence, the kind of quantity that diverged first (loss, grad, param):
 // "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/",
 // "recompute_on_off/incorrect///grad". "" for a case that did not fail.

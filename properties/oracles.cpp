@@ -34,13 +34,6 @@ int rank(Disposition d) {
   }
   return 0;
 }
-
-bool wanted(const OracleOptions& o, const std::string& p) {
-  if (o.properties.empty()) return true;
-  for (const auto& q : o.properties)
-    if (q == p) return true;
-  return false;
-}
 }  // namespace
 
 std::string disposition_name(Disposition d) { return name_of(kDispositions, d); }
@@ -74,12 +67,19 @@ std::string Divergence::describe() const {
   return o.str();
 }
 
+bool failing(Disposition d) {
+  return d == Disposition::Failed || d == Disposition::Incorrect || d == Disposition::Crashed;
+}
+
+const CheckResult* first_failing_check(const CaseReport& r) {
+  for (const auto& c : r.checks)
+    if (failing(c.disposition)) return &c;
+  return nullptr;
+}
+
 std::string CaseReport::first_failure() const {
-  for (const auto& c : checks)
-    if (c.disposition != Disposition::Passed && c.disposition != Disposition::Skipped &&
-        c.disposition != Disposition::OutOfMemory)
-      return c.property + ": " + c.reason;
-  return "";
+  const CheckResult* c = first_failing_check(*this);
+  return c ? c->property + ": " + c->reason : "";
 }
 
 CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
@@ -88,10 +88,9 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   rep.backend = opts.backend == device::BackendChoice::Cuda ? "cuda" : "sim";
   rep.memory = Json::object();
   rep.timings = Json::object();
-  std::string invalid = training::validate(spec);
-  if (!invalid.empty()) {
+  if (std::string invalid = training::validate(spec); !invalid.empty()) {
+    rep.checks.push_back(capture_clean_of_invalid_case(invalid));
     rep.disposition = Disposition::Skipped;
-    rep.checks.push_back(skipped("capture_clean", "invalid case: " + invalid));
     return rep;
   }
 
@@ -99,51 +98,21 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   // right after a failed capture).
   Run own = run_on_fresh_device(spec, opts);
   rep.timings["case_ms"] = own.ms;
-  const std::string& crash = own.crash;
   if (!own.device_name.empty()) rep.device_name = own.device_name;
   if (!own.backend.empty()) rep.backend = own.backend;
   device::Backend backend = rep.backend == "cuda" ? device::Backend::Cuda : device::Backend::Sim;
-  if (!own.skipped.empty()) {
-    rep.disposition = Disposition::Skipped;
-    rep.checks.push_back(skipped("capture_clean", "the system under test cannot run this case: " + own.skipped));
-    return rep;
-  }
-  if (!own.out_of_memory.empty()) {  // nothing can be judged (Disposition)
-    rep.checks.push_back(bad("capture_clean", Disposition::OutOfMemory, "out of device memory: " + own.out_of_memory));
-    rep.checks.back().cuda_error = "cudaErrorMemoryAllocation";
-    rep.disposition = Disposition::OutOfMemory;
-    return rep;
-  }
-  if (!crash.empty()) {
-    rep.checks.push_back(bad("capture_clean", Disposition::Crashed, "the run threw: " + crash));
-    rep.checks.back().cuda_error = own.crash_signal;  // the error slot of the bucket: a signal kills differently from a hang
-    rep.disposition = Disposition::Crashed;
+  if (std::optional<CheckResult> alone = capture_clean_of_unjudged_run(own)) {  // nothing else can be judged
+    rep.checks.push_back(*alone);
+    rep.disposition = alone->disposition;
+    if (own.result && alone->disposition == Disposition::OutOfMemory) rep.memory = case_memory_json(*own.result);
     return rep;
   }
   const RunResult& r = *own.result;
-  if (!r.driver_error.empty()) {  // the driver claims graphs it did not show: its error, not the system's
-    rep.checks.push_back(bad("capture_clean", Disposition::Crashed, r.driver_error));
-    rep.checks.back().cuda_error = "DriverError";  // the error kind: its own bucket
-    rep.disposition = Disposition::Crashed;
-    return rep;
-  }
-  if (r.failure && r.failure->error == "cudaErrorMemoryAllocation") {  // nothing can be judged (Disposition)
-    CheckResult c;
-    c.property = "capture_clean";
-    c.disposition = Disposition::OutOfMemory;
-    c.reason = "out of device memory: " + r.failure->line();
-    c.api = r.failure->api;
-    c.cuda_error = r.failure->error;
-    rep.checks.push_back(c);
-    rep.memory = memory_json(r);
-    rep.disposition = Disposition::OutOfMemory;
-    return rep;
-  }
   Runs runs(spec, opts, rep, backend, r);
   runs.set_live_after(own.live_after);
   runs.set_hygiene_observed(own.hygiene.has_value());
   if (r.failure && r.failure->phase == "capture" && own.hygiene) runs.session_notes["hygiene"] = *own.hygiene;
-  rep.memory = memory_json(r);
+  rep.memory = case_memory_json(r);
   {
     double eager_ms = 0, replay_ms = 0;
     int ne = 0, nr = 0;
@@ -162,7 +131,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   }
 
   for (const Oracle& o : oracles())
-    if (wanted(opts, o.name)) rep.checks.push_back(o.judge(runs));
+    if (selected(opts, o.name)) rep.checks.push_back(o.judge(runs));
 
   // A case whose every check is skipped judged nothing: it is skipped, not passed.
   rep.disposition = Disposition::Skipped;

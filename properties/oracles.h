@@ -28,6 +28,8 @@ std::string disposition_name(Disposition d);
 bool disposition_from_name(const std::string& s, Disposition* out);
 // The worse of two (crashed > failed > incorrect > passed > out-of-memory > skipped).
 Disposition worse(Disposition a, Disposition b);
+// A failure of the system: failed, incorrect or crashed (not passed, skipped or out-of-memory).
+bool failing(Disposition d);
 
 // The property names, in the order they are checked (from the registry, properties/oracles/).
 //   capture_clean     a capture-safe configuration raises no capture error (naive's is reported
@@ -98,6 +100,10 @@ struct CaseReport {
   // The first failing check, one line: "eager_vs_graphed: step 3, microbatch 1, grad ...".
   std::string first_failure() const;
 };
+
+// The first check whose disposition is failing(), or null: what names a failing case (its
+// first_failure line, its bucket and shrink signature, what its counterexample records).
+const CheckResult* first_failing_check(const CaseReport& r);
 
 // The `reference` check alone: the case's model (its params, data and rng seeds) run once eagerly
 // on `backend` (one forward+backward, host generator, inputs from models::check::test_values),

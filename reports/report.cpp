@@ -1,4 +1,5 @@
 #include "reports/report.h"
+#include "reports/results.h"
 
 #include "harness/base/hash.h"
 
@@ -17,21 +18,13 @@
 namespace recap::reports {
 
 Json context_to_json(const RunContext& c) {
-  Json j = Json::object();
-  j["command"] = c.command;
-  j["recap_version"] = c.recap_version;
-  j["git_commit"] = c.git_commit;
-  j["backend"] = c.backend;
-  j["device"] = c.device;
-  j["seed"] = c.seed;
-  j["policy"] = c.policy.empty() ? Json(nullptr) : Json(c.policy);
-  j["properties"] = c.properties;
-  j["cases_requested"] = c.cases_requested;
+  Json j = {{"command", c.command},   {"recap_version", c.recap_version},
+            {"git_commit", c.git_commit}, {"backend", c.backend},
+            {"device", c.device},     {"seed", c.seed},
+            {"policy", c.policy.empty() ? Json(nullptr) : Json(c.policy)},
+            {"properties", c.properties}, {"cases_requested", c.cases_requested}};
   if (c.chunk_cases > 0) j["chunk_cases"] = c.chunk_cases;
-  j["jobs"] = c.jobs;
-  j["shard"] = c.shard;
-  j["started_utc"] = c.started_utc;
-  j["host"] = c.host;
+  j.update(Json{{"jobs", c.jobs}, {"shard", c.shard}, {"started_utc", c.started_utc}, {"host", c.host}});
   if (!c.sut_name.empty()) j["sut"] = {{"name", c.sut_name}, {"version", c.sut_version}, {"device", c.sut_device}};
   return j;
 }
@@ -153,7 +146,8 @@ bool write_text_file(const std::string& path, const std::string& text, std::stri
   return true;
 }
 
-std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std::string* error) {
+std::string write_corpus_entry(const std::string& dir, const FailureRecord& e, const CorpusContext& context,
+                               std::string* error) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -176,9 +170,9 @@ std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std
   exp["property"] = e.property;
   if (!e.error.empty()) exp["error"] = e.error;
   if (!e.api.empty()) exp["api"] = e.api;
-  if (e.require_memory_savings) exp["require_memory_savings"] = true;
+  if (context.require_memory_savings) exp["require_memory_savings"] = true;
   c["expected"] = exp;
-  if (!e.sut_name.empty()) c["sut"] = {{"name", e.sut_name}, {"version", e.sut_version}};
+  if (!context.sut_name.empty()) c["sut"] = {{"name", context.sut_name}, {"version", context.sut_version}};
   Json found = Json::object();
   found["seed"] = e.seed;
   found["reproduce"] = e.reproduce;

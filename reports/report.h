@@ -53,27 +53,21 @@ std::string canonical_case_text(const Json& case_json);
 // the same case always gets the same name, so corpora from shards merge by file name.
 std::string corpus_file_name(const std::string& property, const std::string& disposition, const Json& case_json);
 
-// A counterexample as a corpus file: the case JSON with `name`, `description`, `expected`
-// {disposition, property, error, api}, `sut` {name, version} when known, and `_found` {seed,
-// reproduce, shrinks, reason} (an underscore key: a comment to the case reader). Writes it under `dir` (created when missing) and
-// returns the path; "" and *error on failure.
-struct CorpusEntry {
-  Json case_json;        // training::case_to_json of the shrunk case
-  std::string property;  // the first failing property
-  std::string disposition;
-  std::string error;     // CUDA error name (or error kind) when the failure has one
-  std::string api;
-  std::string reason;    // one line
-  std::string reproduce; // RapidCheck's reproduce string
-  uint64_t seed = 0;
-  int shrinks = 0;
-  bool require_memory_savings = false;  // the oracle option the failure needs (recorded in expected)
+struct FailureRecord;  // results.h: a counterexample as a campaign found it
+
+// What a corpus file records beyond its counterexample.
+struct CorpusContext {
   // The system under test that found it: the file's "sut" {name, version}, what `recap replay
   // FILE` runs it on (not part of the case: the file name does not depend on it).
   std::string sut_name, sut_version;
-  std::string diagnosis;  // properties::diagnose(), written in _found when not empty
+  bool require_memory_savings = false;  // the oracle option the failure needs (recorded in expected)
 };
-std::string write_corpus_entry(const std::string& dir, const CorpusEntry& e, std::string* error);
+// A counterexample as a corpus file: its case JSON with `name`, `description`, `expected`
+// {disposition, property, error, api}, `sut` {name, version} when known, and `_found` {seed,
+// reproduce, shrinks, reason, diagnosis} (an underscore key: a comment to the case reader). Writes
+// it under `dir` (created when missing) and returns the path; "" and *error on failure.
+std::string write_corpus_entry(const std::string& dir, const FailureRecord& f, const CorpusContext& context,
+                               std::string* error);
 
 // ---- coverage (QuickCheck's checkCoverage) --------------------------------------------------
 

@@ -148,16 +148,15 @@ Json report_json(const Outcome& o) {
   if (replays) {
     Json a = Json::array();
     for (const auto& r : *replays) {
-      Json j = Json::object();
-      j["file"] = r.path;
-      j["disposition"] = r.disposition;
-      j["expected"] = r.expected;
-      j["as_expected"] = r.as_expected;
-      j["mismatch"] = r.mismatch;
-      j["first_failure"] = r.first_failure;
-      j["replay_command"] = replay_command(r.path);
-      j["seconds"] = r.seconds;
-      j["report"] = r.report;
+      Json j = {{"file", r.path},
+                {"disposition", r.disposition},
+                {"expected", r.expected},
+                {"as_expected", r.as_expected},
+                {"mismatch", r.mismatch},
+                {"first_failure", r.first_failure},
+                {"replay_command", replay_command(r.path)},
+                {"seconds", r.seconds},
+                {"report", r.report}};
       a.push_back(j);
     }
     rep["replays"] = a;

@@ -31,19 +31,10 @@ Json property_counts_json(const CampaignResult& r) {
 }
 
 Json failure_to_json(const FailureRecord& f) {
-  Json j = Json::object();
-  j["property"] = f.property;
-  j["disposition"] = f.disposition;
-  j["error"] = f.error;
-  j["api"] = f.api;
-  j["reason"] = f.reason;
-  j["reproduce"] = f.reproduce;
-  j["seed"] = f.seed;
-  j["shrinks"] = f.shrinks;
-  j["corpus_file"] = f.corpus_path;
-  j["bucket"] = f.bucket;
-  j["chunk"] = f.chunk;
-  j["known"] = f.known;
+  Json j = {{"property", f.property}, {"disposition", f.disposition}, {"error", f.error},
+            {"api", f.api},           {"reason", f.reason},           {"reproduce", f.reproduce},
+            {"seed", f.seed},         {"shrinks", f.shrinks},         {"corpus_file", f.corpus_path},
+            {"bucket", f.bucket},     {"chunk", f.chunk},             {"known", f.known}};
   if (!f.flaky.empty()) j["flaky"] = f.flaky;
   if (!f.diagnosis.empty()) j["diagnosis"] = f.diagnosis;
   if (!f.corpus_path.empty()) j["replay_command"] = replay_command(f.corpus_path);
@@ -80,6 +71,17 @@ void add_tally(FindingTally* into, const FindingTally& t) {
   into->max_bytes = into->cases == 0 ? t.max_bytes : std::max(into->max_bytes, t.max_bytes);
   into->cases += t.cases;
 }
+// A tally as [cases, min bytes, max bytes], by finding.
+Json tallies_to_json(const std::map<std::string, FindingTally>& tallies) {
+  Json t = Json::object();
+  for (const auto& [k, v] : tallies) t[k] = {v.cases, v.min_bytes, v.max_bytes};
+  return t;
+}
+std::map<std::string, FindingTally> tallies_from_json(const Json& j) {
+  std::map<std::string, FindingTally> t;
+  for (const auto& [k, v] : j.items()) t[k] = {v.at(0).get<int>(), v.at(1).get<int64_t>(), v.at(2).get<int64_t>()};
+  return t;
+}
 }  // namespace
 
 void tally_finding(std::map<std::string, FindingTally>* tallies, const std::string& key, int64_t bytes) {
@@ -97,10 +99,8 @@ std::vector<std::string> finding_lines(const std::map<std::string, FindingTally>
 }
 
 Json chunk_totals_to_json(int chunk, const ChunkTotals& t) {
-  Json tallies = Json::object();
-  for (const auto& [k, v] : t.finding_tallies) tallies[k] = {v.cases, v.min_bytes, v.max_bytes};
   return {{"chunk", chunk}, {"cases", t.cases}, {"complete", t.complete}, {"by_disposition", t.by_disposition},
-          {"classification", t.classification}, {"buckets", t.buckets}, {"finding_tallies", tallies},
+          {"classification", t.classification}, {"buckets", t.buckets}, {"finding_tallies", tallies_to_json(t.finding_tallies)},
           {"by_property", t.by_property}};
 }
 
@@ -114,8 +114,7 @@ std::pair<int, ChunkTotals> chunk_totals_from_json(const Json& j) {
     t.buckets = j.at("buckets").get<std::map<std::string, int>>();
     // Absent from reports written before it: their chunks count no property.
     t.by_property = j.value("by_property", std::map<std::string, std::map<std::string, int>>{});
-    for (const auto& [k, v] : j.at("finding_tallies").items())
-      t.finding_tallies[k] = {v.at(0).get<int>(), v.at(1).get<int64_t>(), v.at(2).get<int64_t>()};
+    t.finding_tallies = tallies_from_json(j.at("finding_tallies"));
     return {j.at("chunk").get<int>(), t};
   } catch (const Json::exception& e) {
     throw std::runtime_error(std::string("a chunk's totals: ") + e.what());
@@ -123,18 +122,15 @@ std::pair<int, ChunkTotals> chunk_totals_from_json(const Json& j) {
 }
 
 Json campaign_to_json(const CampaignResult& r) {
-  Json j = Json::object();
-  j["cases"] = r.cases;
-  j["by_disposition"] = r.by_disposition;
-  j["classification"] = r.classification;
-  j["findings"] = r.findings;
-  j["buckets"] = r.buckets;
-  Json t = Json::object();
-  for (const auto& [k, v] : r.finding_tallies) t[k] = {v.cases, v.min_bytes, v.max_bytes};
-  j["finding_tallies"] = t;
-  j["report_chunks"] = r.report_chunks;
-  j["seconds"] = r.seconds;
-  j["crashes"] = r.crashes;
+  Json j = {{"cases", r.cases},
+            {"by_disposition", r.by_disposition},
+            {"classification", r.classification},
+            {"findings", r.findings},
+            {"buckets", r.buckets},
+            {"finding_tallies", tallies_to_json(r.finding_tallies)},
+            {"report_chunks", r.report_chunks},
+            {"seconds", r.seconds},
+            {"crashes", r.crashes}};
   Json ch = Json::array();
   for (const auto& [c, t] : r.chunks) ch.push_back(chunk_totals_to_json(c, t));
   j["chunks"] = ch;
@@ -152,9 +148,7 @@ CampaignResult campaign_from_json(const Json& j) {
   r.classification = j.value("classification", std::map<std::string, int>{});
   r.findings = j.value("findings", std::vector<std::string>{});
   r.buckets = j.value("buckets", std::map<std::string, int>{});
-  const Json tallies = j.value("finding_tallies", Json::object());  // a local: items() does not own it
-  for (const auto& [k, v] : tallies.items())
-    r.finding_tallies[k] = {v.at(0).get<int>(), v.at(1).get<int64_t>(), v.at(2).get<int64_t>()};
+  r.finding_tallies = tallies_from_json(j.value("finding_tallies", Json::object()));
   r.report_chunks = j.value("report_chunks", std::vector<int>{});
   r.seconds = j.value("seconds", 0.0);
   r.crashes = j.value("crashes", std::vector<std::string>{});
@@ -177,6 +171,22 @@ void sort_reports_by_chunk(CampaignResult& r) {
   }
   r.reports = std::move(reports);
   r.report_chunks = std::move(chunks);
+}
+
+void sum_chunks(CampaignResult& r) {
+  r.cases = 0;
+  r.by_disposition.clear();
+  r.classification.clear();
+  r.buckets.clear();
+  r.finding_tallies.clear();
+  for (const auto& [c, t] : r.chunks) {
+    r.cases += t.cases;
+    for (const auto& [k, v] : t.by_disposition) r.by_disposition[k] += v;
+    for (const auto& [k, v] : t.classification) r.classification[k] += v;
+    for (const auto& [k, v] : t.buckets) r.buckets[k] += v;
+    for (const auto& [k, v] : t.finding_tallies) add_tally(&r.finding_tallies[k], v);
+  }
+  r.findings = finding_lines(r.finding_tallies);
 }
 
 void merge_into(CampaignResult& into, CampaignResult&& from) {

@@ -119,6 +119,9 @@ Json failure_to_json(const FailureRecord& f);
 FailureRecord failure_from_json(const Json& j);
 Json campaign_to_json(const CampaignResult& r);
 CampaignResult campaign_from_json(const Json& j);
+// Sets r's counts (cases, by_disposition, classification, buckets, finding tallies and lines) to
+// the sum of its chunks' totals (r.chunks): a campaign counts each case once, in its chunk.
+void sum_chunks(CampaignResult& r);
 // Adds `from` (another shard's part) into `into`.
 void merge_into(CampaignResult& into, CampaignResult&& from);
 // Puts the case reports in case order (chunk by chunk, each chunk's in its order), as one process

@@ -19,62 +19,10 @@
 #include "harness/cli/progress.h"
 #include "harness/cli/signals.h"
 #include "harness/training/executor.h"
-#include "properties/diagnosis.h"
 
 namespace recap::cli {
 
-using properties::CaseReport;
 using properties::disposition_name;
-
-namespace {
-
-// The check a counterexample failed on: its property's check, else the first that did not pass.
-const properties::CheckResult* failing_check(const CaseReport& r, const std::string& property) {
-  for (const auto& c : r.checks)
-    if (c.property == property) return &c;
-  for (const auto& c : r.checks)
-    if (c.disposition != properties::Disposition::Passed && c.disposition != properties::Disposition::Skipped &&
-        c.disposition != properties::Disposition::OutOfMemory)
-      return &c;
-  return nullptr;
-}
-
-}  // namespace
-
-CampaignResult from_stats(const properties::FuzzStats& s) {
-  CampaignResult r;
-  r.cases = s.cases;
-  r.by_disposition = s.by_disposition;
-  r.classification = s.classification;
-  r.findings = s.findings;
-  r.finding_tallies = s.finding_tallies;
-  r.report_chunks = s.report_chunks;
-  r.seconds = s.seconds;
-  for (const auto& c : s.reports) r.reports.push_back(properties::case_report_to_json(c));
-  for (const auto& cx : s.failures) {
-    FailureRecord f;
-    f.case_json = training::case_to_json(cx.spec);
-    f.report = properties::case_report_to_json(cx.report);
-    f.property = cx.property;
-    f.disposition = disposition_name(cx.report.disposition);
-    if (const auto* c = failing_check(cx.report, cx.property)) {
-      f.error = c->cuda_error;
-      f.api = c->api;
-      if (f.property.empty()) f.property = c->property;
-    }
-    f.reason = cx.report.first_failure();
-    f.reproduce = cx.reproduce;
-    f.seed = cx.seed;
-    f.shrinks = cx.shrinks;
-    f.bucket = cx.bucket;
-    f.chunk = cx.chunk;
-    f.diagnosis = properties::diagnose(cx.report);
-    r.failures.push_back(std::move(f));
-  }
-  r.buckets = s.buckets;
-  r.chunks = s.chunks;
-  return r;
-}
 
 namespace {
 
@@ -97,9 +45,9 @@ CampaignResult run_in_process(const CampaignOptions& o) {
       }
     }
   };
-  properties::FuzzStats s = properties::fuzz(o.fuzz, cb);
+  CampaignResult r = properties::fuzz(o.fuzz, cb);
   if (o.progress) clear_progress_line();
-  return from_stats(s);
+  return r;
 }
 
 }  // namespace
@@ -168,15 +116,9 @@ CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::ve
   for (const auto& [c, t] : all.chunks) {
     if (!t.complete) continue;
     o->fuzz.skip_chunks.insert(c);
-    CampaignResult part;  // the chunk's totals, summed as shards are
-    part.cases = t.cases;
-    part.by_disposition = t.by_disposition;
-    part.classification = t.classification;
-    part.buckets = t.buckets;
-    part.finding_tallies = t.finding_tallies;
-    part.chunks[c] = t;
-    reports::merge_into(kept, std::move(part));
+    kept.chunks[c] = t;
   }
+  reports::sum_chunks(kept);
   for (size_t i = 0; i < all.reports.size(); ++i)
     if (o->fuzz.skip_chunks.count(all.report_chunks[i])) {
       kept.reports.push_back(std::move(all.reports[i]));
@@ -293,8 +235,12 @@ void confirm_failures(CampaignResult& r, const CampaignOptions& o) {
     if (!fresh) runtime::reset_phase_flags();
     const properties::CaseReport again = properties::evaluate(spec, oracle);
     // what identified the shrunk case (its bucket may name another divergent quantity than the
-    // case the shrink started from: shrinking keeps property, disposition and error)
-    const properties::CheckResult* c = failing_check(again, f.property);
+    // case the shrink started from: shrinking keeps property, disposition and error): the check of
+    // its property, else the first failing one
+    const properties::CheckResult* c = nullptr;
+    for (const auto& k : again.checks)
+      if (!c && k.property == f.property) c = &k;
+    if (!c) c = properties::first_failing_check(again);
     const std::string error = c ? c->cuda_error : "";
     const bool same = disposition_name(again.disposition) == f.disposition && c && c->property == f.property &&
                       c->disposition == again.disposition && error == f.error;
@@ -309,22 +255,12 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
   for (auto& f : r.failures) {
     if (f.known) continue;  // accepted (--known-findings): reported, not written again
     if (!f.flaky.empty()) continue;  // not a reproducer (confirm_failures)
-    reports::CorpusEntry e;
-    e.case_json = f.case_json;
-    e.property = f.property;
-    e.disposition = f.disposition;
-    e.error = f.error;
-    e.api = f.api;
-    e.reason = f.reason;
-    e.reproduce = f.reproduce;
-    e.seed = f.seed;
-    e.shrinks = f.shrinks;
-    e.require_memory_savings = require_memory_savings && f.property == "memory";
-    e.sut_name = o.sut_kind;
-    e.sut_version = o.sut_info.version;
-    e.diagnosis = f.diagnosis;
+    reports::CorpusContext context;
+    context.require_memory_savings = require_memory_savings && f.property == "memory";
+    context.sut_name = o.sut_kind;
+    context.sut_version = o.sut_info.version;
     std::string err;
-    f.corpus_path = reports::write_corpus_entry(corpus_dir, e, &err);
+    f.corpus_path = reports::write_corpus_entry(corpus_dir, f, context, &err);
     if (f.corpus_path.empty()) throw UsageError("--corpus-dir: " + err);
   }
 }

@@ -64,8 +64,6 @@ void confirm_failures(CampaignResult& r, const CampaignOptions& o);
 // no counterexample). Without a file nothing is known.
 int mark_known(CampaignResult& r, const KnownFindings& known);
 CampaignResult run_workers(const CampaignOptions& o);
-// What properties::fuzz found, as the reports see it.
-CampaignResult from_stats(const properties::FuzzStats& s);
 // Writes each failure to the corpus dir (sets corpus_path), recording the system under test that
 // found it (its kind and version: what `recap replay FILE` runs it on); throws UsageError when it
 // cannot.

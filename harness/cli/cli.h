@@ -1,4 +1,5 @@
-// Shared pieces of the recap command line: exit codes, one-line usage errors, backend option.
+// Shared pieces of the recap command line (cli.cpp): exit codes, one-line usage errors, the backend,
+// property and system-under-test options, output checks; the subcommands' registration.
 #pragma once
 
 #include <functional>
@@ -77,13 +78,19 @@ std::unique_ptr<device::Device> open_device(const std::string& backend, const de
 // Each subcommand registers itself and sets *run to the function main calls after parsing.
 using Runner = std::function<int()>;
 
-// Adds subcommand `name` whose flags fill *args; once it is parsed, *runner calls fn(*args).
+// A subcommand and the arguments its flags fill (owned by the subcommand's callback).
+template <class Args>
+struct Command {
+  CLI::App* cmd;
+  Args* args;
+};
+// Adds subcommand `name` with arguments of its own; once it is parsed, *runner calls fn(args).
 template <class Args, class Fn>
-CLI::App* add_command(CLI::App& app, Runner* runner, std::shared_ptr<Args> args, Fn fn, const std::string& name,
-                      const std::string& help) {
+Command<Args> add_command(CLI::App& app, Runner* runner, Fn fn, const std::string& name, const std::string& help) {
+  auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->callback([args, runner, fn] { *runner = [args, fn] { return fn(*args); }; });
-  return cmd;
+  return {cmd, args.get()};
 }
 void add_conformance_command(CLI::App& app, Runner* run);
 void add_run_command(CLI::App& app, Runner* run);

@@ -100,8 +100,7 @@ int run_conformance(const ConformanceArgs& args) {
 }  // namespace
 
 void add_conformance_command(CLI::App& app, Runner* run) {
-  auto args = std::make_shared<ConformanceArgs>();
-  auto* cmd = add_command(app, run, args, run_conformance,
+  auto [cmd, args] = add_command<ConformanceArgs>(app, run, run_conformance,
       "conformance",
       "Run the conformance scenarios: one small program per rule of the CUDA capture model, each call's "
       "outcome checked against the rule; on cuda also compared call for call with sim.");

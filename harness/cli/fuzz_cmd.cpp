@@ -53,13 +53,12 @@ int fuzz(const FuzzFlags& f) {
 }  // namespace
 
 void add_fuzz_command(CLI::App& app, Runner* runner) {
-  auto f = std::make_shared<FuzzFlags>();
-  auto* cmd = add_command(app, runner, f, fuzz,
+  auto [cmd, f] = add_command<FuzzFlags>(app, runner, fuzz,
       "fuzz",
       "Property-based fuzzing: generate cases over the whole configuration space, judge them with the oracles, shrink "
       "each failure to a minimal case and write it to the corpus with its replay command. Exit 0 no property failed, "
       "1 a property failed or a case crashed, 2 bad usage or input.");
-  add_fuzz_flags(cmd, f.get());
+  add_fuzz_flags(cmd, f);
 }
 
 }  // namespace recap::cli

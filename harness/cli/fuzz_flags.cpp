@@ -1,13 +1,8 @@
 // The flags fuzz and gate share, and what they resolve to: the campaign's options and the report's
 // run context.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <random>
 
 #include "harness/cli/campaign.h"
@@ -87,35 +82,6 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   cmd->add_option("--skip-chunks", f->skip_chunks, "internal: a resumed campaign's worker skips these chunks")
       ->delimiter(',')
       ->group("");
-}
-
-void check_output_file(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec)) throw UsageError(flag + " " + path + ": is a folder");
-  if (fs::exists(p, ec)) {  // a file or a device, written over or in place (write_text_file)
-    if (::access(path.c_str(), W_OK) != 0) throw UsageError(flag + " " + path + ": not writable: " + std::strerror(errno));
-    return;
-  }
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  if (!fs::is_directory(dir, ec)) throw UsageError(flag + " " + path + ": the folder " + dir.string() + " does not exist");
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw UsageError(flag + " " + path + ": the folder " + dir.string() + " is not writable: " + std::strerror(errno));
-}
-
-void check_output_dir(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p(path);
-  if (fs::exists(p, ec) && !fs::is_directory(p, ec)) throw UsageError(flag + " " + path + ": is not a folder");
-  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
-  if (p.empty()) p = ".";
-  if (!fs::is_directory(p, ec)) throw UsageError(flag + " " + path + ": " + p.string() + " is not a folder");
-  if (::access(p.c_str(), W_OK) != 0)
-    throw UsageError(flag + " " + path + ": " + p.string() + " is not writable: " + std::strerror(errno));
 }
 
 CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::string* device_name) {

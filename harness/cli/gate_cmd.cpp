@@ -102,14 +102,13 @@ int gate(GateArgs a) {
 }  // namespace
 
 void add_gate_command(CLI::App& app, Runner* runner) {
-  auto a = std::make_shared<GateArgs>();
-  a->f.cases = 300;
-  a->f.policy = "graph-safe";
-  auto* cmd = add_command(app, runner, a, gate,
+  auto [cmd, a] = add_command<GateArgs>(app, runner, gate,
       "gate",
       "The CI mode: replay every corpus/*.json against its expected verdict, run a fixed-seed fuzz budget (graph-safe "
       "policy, --require-memory-savings), check coverage, write --junit and --report. Exit 0 all held, 1 something "
       "failed, 2 bad usage or input.");
+  a->f.cases = 300;  // before the flags: their defaults
+  a->f.policy = "graph-safe";
   add_fuzz_flags(cmd, &a->f);
   cmd->get_option("--seed")->description("Campaign seed (default 1: the gate is reproducible)");
   cmd->get_option("--policy")->default_str("graph-safe");

@@ -47,16 +47,96 @@ std::string policy_of(Fault f) {
   return f == Fault::RngSnapshotIsHandle || f == Fault::TrackerKeysDrift ? "skip" : "graph-safe";
 }
 
+// What a kill's shrunk counterexample was: read from its failure record (kill_of), written into
+// the report's entry (add_kill_fields).
+struct Kill {
+  std::string property, disposition, reason, corpus_file;
+  int layers = 0, steps = 0, shrinks = 0;
+};
+
+Kill kill_of(const FailureRecord& f) {
+  Kill k;
+  k.property = f.property;
+  k.disposition = f.disposition;
+  k.reason = f.reason;
+  k.corpus_file = f.corpus_path;
+  k.shrinks = f.shrinks;
+  training::CaseSpec spec;
+  if (training::case_from_json(f.case_json, &spec).empty()) {
+    k.layers = static_cast<int>(spec.layers.size());
+    k.steps = spec.steps();
+  }
+  return k;
+}
+
+// `confirmed`: framework kills say whether the shrunk case failed the same way again.
+void add_kill_fields(Json& j, const Kill& k, const bool* confirmed = nullptr) {
+  j["property"] = k.property;
+  j["disposition"] = k.disposition;
+  j["reason"] = k.reason;
+  j["layers"] = k.layers;
+  j["steps"] = k.steps;
+  j["shrinks"] = k.shrinks;
+  if (confirmed) j["confirmed"] = *confirmed;
+  j["corpus_file"] = k.corpus_file;
+}
+
+// The fuzz flags of every campaign recap mutants runs.
+FuzzFlags fuzz_flags_of(const MutantsArgs& a) {
+  FuzzFlags f;
+  f.backend = a.backend;
+  f.seed = a.seed;
+  f.cases = a.cases;
+  f.shrink_limit = a.shrink_limit;
+  f.report = a.report;
+  f.corpus_dir = a.corpus_dir;
+  f.sut = a.sut;
+  return f;
+}
+
+// A campaign with the seconds at which each case's verdict was in, and its first failing case
+// outside the known findings (judged on the case's own spec): what a kill's cases and seconds are.
+struct TimedCampaign {
+  CampaignResult result;
+  int kill_case = 0;    // 1-based; 0: none
+  double kill_s = 0.0;  // seconds to its verdict
+  std::string kill_bucket;
+};
+
+TimedCampaign timed_campaign(const properties::FuzzOptions& fuzz, const KnownFindings& known) {
+  std::vector<double> at;  // at[k]: seconds when the k-th case's verdict was in
+  auto seen = [&](const properties::Progress& p) {
+    if (static_cast<int>(at.size()) <= p.done) at.resize(p.done + 1, -1.0);
+    if (at[p.done] < 0) at[p.done] = p.elapsed_s;
+  };
+  TimedCampaign c;
+  c.result = properties::fuzz(fuzz, seen);
+  const CampaignResult& r = c.result;
+  for (size_t i = 0; i < r.reports.size(); ++i) {
+    const std::string b = properties::bucket_of_json(r.reports[i]);
+    if (b.empty()) continue;
+    training::CaseSpec spec;
+    // accepted only by a known finding's bucket and configuration, judged on this case's own spec
+    if (known.given() && r.reports[i].contains("spec") && training::case_from_json(r.reports[i]["spec"], &spec).empty() &&
+        !accepting_finding(known, b, spec).empty())
+      continue;
+    c.kill_case = static_cast<int>(i) + 1;
+    c.kill_s = c.kill_case < static_cast<int>(at.size()) && at[c.kill_case] >= 0 ? at[c.kill_case] : r.seconds;
+    c.kill_bucket = b;
+    break;
+  }
+  return c;
+}
+
 struct Mutant {
   std::string fault, policy;
   bool killed = false;
   int cases = 0;               // run in all; when killed, up to and including the first failing one
   double seconds = 0.0;        // to the first failing case's verdict (killed) or the whole campaign
-  std::string property, disposition, reason, corpus_file;
-  int layers = 0, steps = 0, shrinks = 0;
+  Kill kill;
 };
 
-properties::FuzzStats campaign(CampaignOptions o, const std::string& policy, const std::vector<std::string>& faults) {
+TimedCampaign campaign(CampaignOptions o, const std::string& policy, const std::vector<std::string>& faults) {
   o.policy = policy;
   training::CheckpointPolicy p = training::CheckpointPolicy::GraphSafe;
   training::policy_from_name(policy, &p);
@@ -64,25 +144,17 @@ properties::FuzzStats campaign(CampaignOptions o, const std::string& policy, con
   o.fuzz.gen.faults = faults;
   o.fuzz.keep_going = false;
   o.fuzz.max_failures = 1;
-  properties::FuzzStats st = properties::fuzz(o.fuzz);
+  TimedCampaign c = timed_campaign(o.fuzz, KnownFindings{});
   // Campaigns share this process: a fault that leaks runtime state (phase-flag-leak leaves the
   // thread's flags set) must not reach the next campaign.
   runtime::reset_phase_flags();
-  return st;
+  return c;
 }
 
 Json mutant_json(const Mutant& m) {
   Json j = {{"fault", m.fault}, {"policy", m.policy}, {"verdict", m.killed ? "killed" : "survived"}, {"cases", m.cases},
             {"seconds", m.seconds}};
-  if (m.killed) {
-    j["property"] = m.property;
-    j["disposition"] = m.disposition;
-    j["reason"] = m.reason;
-    j["layers"] = m.layers;
-    j["steps"] = m.steps;
-    j["shrinks"] = m.shrinks;
-    j["corpus_file"] = m.corpus_file;
-  }
+  if (m.killed) add_kill_fields(j, m.kill);
   return j;
 }
 
@@ -93,14 +165,7 @@ int mutants(const MutantsArgs& a) {
   if (!a.mutants.empty() || !a.known_findings.empty())
     throw UsageError(std::string(!a.mutants.empty() ? "--mutant" : "--known-findings") +
                      ": framework mutants need --sut torch or --sut megatron (recap's own are --fault)");
-  FuzzFlags f;
-  f.backend = a.backend;
-  f.seed = a.seed;
-  f.cases = a.cases;
-  f.shrink_limit = a.shrink_limit;
-  f.report = a.report;
-  f.corpus_dir = a.corpus_dir;
-  f.sut = a.sut;
+  FuzzFlags f = fuzz_flags_of(a);
   bool seed_random = false;
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);  // checks --report and --corpus-dir first
@@ -124,11 +189,12 @@ int mutants(const MutantsArgs& a) {
   Json baselines = Json::array();
   bool baseline_failed = false;
   for (const std::string& p : policies) {
-    properties::FuzzStats st = campaign(o, p, {});
-    const bool clean = st.failures.empty() && st.first_failure_case == 0;
+    const TimedCampaign c = campaign(o, p, {});
+    const CampaignResult& st = c.result;
+    const bool clean = st.failures.empty() && c.kill_case == 0;
     baselines.push_back({{"policy", p}, {"cases", st.cases}, {"passed", clean}});
     std::printf("  baseline %-11s %d cases, %s\n", p.c_str(), st.cases,
-                clean ? "no failure" : ("FAILS: " + (st.failures.empty() ? std::string("?") : st.failures[0].report.first_failure())).c_str());
+                clean ? "no failure" : ("FAILS: " + (st.failures.empty() ? std::string("?") : st.failures[0].reason)).c_str());
     baseline_failed = baseline_failed || !clean;
   }
 
@@ -148,27 +214,20 @@ int mutants(const MutantsArgs& a) {
       fo.sut_kind = w.kind;
       fo.sut_info = w.info;
     }
-    properties::FuzzStats st = campaign(fo, m.policy, {m.fault});
-    m.killed = !st.failures.empty();
-    m.cases = m.killed ? st.first_failure_case : st.cases;
-    m.seconds = m.killed ? st.first_failure_s : st.seconds;
+    TimedCampaign c = campaign(fo, m.policy, {m.fault});
+    CampaignResult& r = c.result;
+    m.killed = !r.failures.empty();
+    m.cases = m.killed ? c.kill_case : r.cases;
+    m.seconds = m.killed ? c.kill_s : r.seconds;
     if (m.killed) {
-      CampaignResult r = from_stats(st);
       r.failures.resize(1);
       save_failures(r, a.corpus_dir, false, fo);
-      const auto& cx = st.failures[0];
-      m.property = r.failures[0].property;
-      m.disposition = r.failures[0].disposition;
-      m.reason = r.failures[0].reason;
-      m.corpus_file = r.failures[0].corpus_path;
-      m.layers = static_cast<int>(cx.spec.layers.size());
-      m.steps = cx.spec.steps();
-      m.shrinks = cx.shrinks;
+      m.kill = kill_of(r.failures[0]);
     }
     std::printf("  %-26s %-11s %-9s %6d %8.3f  %-34s %6s %5s\n", m.fault.c_str(), m.policy.c_str(),
                 m.killed ? "killed" : "SURVIVED", m.cases, m.seconds,
-                m.killed ? (m.property + " " + m.disposition).c_str() : "-",
-                m.killed ? std::to_string(m.layers).c_str() : "-", m.killed ? std::to_string(m.steps).c_str() : "-");
+                m.killed ? (m.kill.property + " " + m.kill.disposition).c_str() : "-",
+                m.killed ? std::to_string(m.kill.layers).c_str() : "-", m.killed ? std::to_string(m.kill.steps).c_str() : "-");
     out.push_back(std::move(m));
   }
 
@@ -178,7 +237,7 @@ int mutants(const MutantsArgs& a) {
   for (const Mutant& m : out) {
     if (m.killed) {
       times.push_back(m.seconds);
-      max_layers = std::max(max_layers, m.layers);
+      max_layers = std::max(max_layers, m.kill.layers);
     } else {
       survived += (survived.empty() ? "" : ", ") + m.fault;
     }
@@ -214,52 +273,23 @@ struct FrameworkMutant {
   std::string verdict;  // killed, survived, not exercised
   int cases = 0;        // run in all; when killed, up to and including the first failing case outside the known findings
   double seconds = 0.0; // to that case's verdict (killed) or the whole campaign
-  std::string bucket, property, disposition, reason, corpus_file;
-  int layers = 0, steps = 0, shrinks = 0;
+  std::string bucket;
+  Kill kill;
   bool confirmed = false;  // the shrunk kill failed the same way again in a fresh worker
 };
 
 // One fixed-seed campaign against a worker (made with o.sut, whose environment names the mutant):
 // the first failing case whose bucket is not known is the kill. With known findings every case
 // runs (a known bucket must not end the campaign); without, it stops at the first failure.
-struct FrameworkCampaign {
-  int cases = 0;
-  double seconds = 0.0;
-  int kill_case = 0;    // 0: no failure outside the known findings
-  double kill_s = 0.0;
-  std::string kill_bucket;
-  CampaignResult result;
-};
-
-FrameworkCampaign framework_campaign(CampaignOptions o) {
-  const KnownFindings& known = *o.known;
+TimedCampaign framework_campaign(CampaignOptions o) {
   if (!o.fuzz.oracle.sut) {  // a worker of its own, started with o.sut's environment
     SystemUnderTest w = make_sut(o.sut, o.sut.sut, o.backend);  // UsageError: the worker did not start
     o.fuzz.oracle.sut = w.sut;
     o.sut_info = w.info;
   }
-  o.fuzz.keep_going = known.given();
+  o.fuzz.keep_going = o.known->given();
   o.fuzz.max_failures = 1;
-  std::vector<double> at;  // at[k]: seconds when the k-th case's verdict was in
-  auto seen = [&](const properties::Progress& p) {
-    if (static_cast<int>(at.size()) <= p.done) at.resize(p.done + 1, -1.0);
-    if (at[p.done] < 0) at[p.done] = p.elapsed_s;
-  };
-  properties::FuzzStats st = properties::fuzz(o.fuzz, seen);
-  FrameworkCampaign c;
-  c.cases = st.cases;
-  c.seconds = st.seconds;
-  for (size_t i = 0; i < st.reports.size(); ++i) {
-    const std::string b = properties::bucket_of(st.reports[i]);
-    // accepted only by a known finding's bucket and configuration, judged on this case's own spec
-    if (b.empty() || !accepting_finding(known, b, st.reports[i].spec).empty()) continue;
-    c.kill_case = static_cast<int>(i) + 1;
-    c.kill_s = c.kill_case < static_cast<int>(at.size()) && at[c.kill_case] >= 0 ? at[c.kill_case] : st.seconds;
-    c.kill_bucket = b;
-    break;
-  }
-  c.result = from_stats(st);
-  return c;
+  return timed_campaign(o.fuzz, *o.known);
 }
 
 Json framework_mutant_json(const FrameworkMutant& m) {
@@ -273,14 +303,7 @@ Json framework_mutant_json(const FrameworkMutant& m) {
   j["seconds"] = m.seconds;
   if (m.verdict == "killed") {
     j["bucket"] = m.bucket;
-    j["property"] = m.property;
-    j["disposition"] = m.disposition;
-    j["reason"] = m.reason;
-    j["layers"] = m.layers;
-    j["steps"] = m.steps;
-    j["shrinks"] = m.shrinks;
-    j["confirmed"] = m.confirmed;
-    j["corpus_file"] = m.corpus_file;
+    add_kill_fields(j, m.kill, &m.confirmed);
   }
   return j;
 }
@@ -304,15 +327,8 @@ int framework_mutants(const MutantsArgs& a) {
   for (const auto& kv : a.sut.worker_env)
     if (kv.rfind("RECAP_FRAMEWORK_MUTANT=", 0) == 0)
       throw UsageError("--worker-env " + kv + ": recap mutants sets RECAP_FRAMEWORK_MUTANT itself (--mutant chooses)");
-  FuzzFlags f;
+  FuzzFlags f = fuzz_flags_of(a);
   f.known_findings = a.known_findings;  // read once by campaign_options: o.known, and no shrink into it
-  f.backend = a.backend;
-  f.seed = a.seed;
-  f.cases = a.cases;
-  f.shrink_limit = a.shrink_limit;
-  f.report = a.report;
-  f.corpus_dir = a.corpus_dir;
-  f.sut = a.sut;
   bool seed_random = false;
   std::string device;
   CampaignOptions o = campaign_options(f, &seed_random, &device);  // starts and greets the plain worker
@@ -350,10 +366,10 @@ int framework_mutants(const MutantsArgs& a) {
               o.sut_info.name.c_str(), o.sut_info.version.c_str(), o.sut_info.device.c_str(), o.fuzz.seed, a.cases,
               !known.given() ? "" : (", " + std::to_string(known.entries.size()) + " known findings").c_str());
   std::fflush(stdout);
-  FrameworkCampaign base = framework_campaign(o);  // in the plain worker campaign_options greeted
+  TimedCampaign base = framework_campaign(o);  // in the plain worker campaign_options greeted
   o.fuzz.oracle.sut.reset();  // which ends now: each mutant gets a worker of its own
   const bool clean = base.kill_case == 0;
-  std::printf("  baseline: %d cases, %s\n", base.cases,
+  std::printf("  baseline: %d cases, %s\n", base.result.cases,
               clean ? (!known.given() ? "no failure" : "no failure outside the known findings")
                     : ("FAILS: case " + std::to_string(base.kill_case) + ", " + base.kill_bucket).c_str());
   std::printf("  %-32s %-5s %-4s %-14s %6s %8s  %s\n", "mutant", "class", "cpu", "verdict", "cases", "seconds", "caught by / why not");
@@ -363,7 +379,7 @@ int framework_mutants(const MutantsArgs& a) {
     } else {
       CampaignOptions mo = o;  // no worker yet: framework_campaign starts one with the mutant
       mo.sut.worker_env.push_back("RECAP_FRAMEWORK_MUTANT=" + m.name);
-      FrameworkCampaign c;
+      TimedCampaign c;
       try {
         c = framework_campaign(mo);
       } catch (const UsageError& e) {  // the mutant does not install on this framework (its feature is absent)
@@ -371,8 +387,8 @@ int framework_mutants(const MutantsArgs& a) {
         m.not_exercised = std::string("the worker did not start with it: ") + e.what();
       }
       if (m.verdict.empty()) {
-        m.cases = c.kill_case ? c.kill_case : c.cases;
-        m.seconds = c.kill_case ? c.kill_s : c.seconds;
+        m.cases = c.kill_case ? c.kill_case : c.result.cases;
+        m.seconds = c.kill_case ? c.kill_s : c.result.seconds;
         m.verdict = c.kill_case ? "killed" : "survived";
       }
       if (c.kill_case) {
@@ -386,22 +402,13 @@ int framework_mutants(const MutantsArgs& a) {
           const std::string dir = (std::filesystem::path(a.corpus_dir) / m.name).string();
           settle_failures(r, mo, known, dir);
           const FailureRecord& k = r.failures[0];
-          m.property = k.property;
-          m.disposition = k.disposition;
-          m.reason = k.reason;
-          m.shrinks = k.shrinks;
+          m.kill = kill_of(k);
           m.confirmed = k.flaky.empty();
-          m.corpus_file = k.corpus_path;
-          training::CaseSpec spec;
-          if (training::case_from_json(k.case_json, &spec).empty()) {
-            m.layers = static_cast<int>(spec.layers.size());
-            m.steps = spec.steps();
-          }
-          if (!m.corpus_file.empty()) name_mutant_in_file(m.corpus_file, m.name);
+          if (!m.kill.corpus_file.empty()) name_mutant_in_file(m.kill.corpus_file, m.name);
         }
       }
     }
-    std::string why = m.verdict == "killed" ? m.property + " " + m.disposition + (m.confirmed ? "" : " (not confirmed)")
+    std::string why = m.verdict == "killed" ? m.kill.property + " " + m.kill.disposition + (m.confirmed ? "" : " (not confirmed)")
                       : m.verdict == "not exercised" ? m.not_exercised : "-";
     std::printf("  %-32s %-5d %-4s %-14s %6s %8s  %s\n", m.name.c_str(), m.bug_class, m.cpu ? "yes" : "no",
                 m.verdict == "survived" ? "SURVIVED" : m.verdict.c_str(),
@@ -429,7 +436,7 @@ int framework_mutants(const MutantsArgs& a) {
               {"sut", {{"name", o.sut_info.name}, {"version", o.sut_info.version}, {"device", o.sut_info.device}}}};
     Json kf = Json::array();
     for (const auto& k : known.entries) kf.push_back(k.id);
-    j["baselines"] = Json::array({{{"policy", "drawn"}, {"cases", base.cases}, {"passed", clean}, {"known_findings", kf},
+    j["baselines"] = Json::array({{{"policy", "drawn"}, {"cases", base.result.cases}, {"passed", clean}, {"known_findings", kf},
                                    {"first_failure_bucket", base.kill_bucket}}});
     Json ms = Json::array();
     for (const auto& m : out) ms.push_back(framework_mutant_json(m));
@@ -446,8 +453,7 @@ int framework_mutants(const MutantsArgs& a) {
 }  // namespace
 
 void add_mutants_command(CLI::App& app, Runner* runner) {
-  auto a = std::make_shared<MutantsArgs>();
-  auto* cmd = add_command(app, runner, a, mutants, "mutants",
+  auto [cmd, a] = add_command<MutantsArgs>(app, runner, mutants, "mutants",
       "Kill gate of the oracles: per fault point (a named broken mechanism of recap's runtime, docs/faults.md) a "
       "fixed-seed campaign with it on, after a clean baseline without it; killed when a case fails. Kills are shrunk "
       "and written to --corpus-dir with their fault. With --sut torch|megatron: the framework's mutants, each in a worker "

@@ -319,8 +319,7 @@ int replay(const ReplayArgs& a) {
 }  // namespace
 
 void add_replay_command(CLI::App& app, Runner* runner) {
-  auto args = std::make_shared<ReplayArgs>();
-  auto* cmd = add_command(app, runner, args, replay,
+  auto [cmd, args] = add_command<ReplayArgs>(app, runner, replay,
       "replay",
       "Replay corpus cases verbatim through the oracles; print each verdict and, where a check diverged, the step-by-step "
       "table of the first divergence. Exit 0 every verdict as the case's `expected`, 1 one differs, 2 bad input.");

@@ -187,8 +187,7 @@ int run(const RunArgs& args) {
 }  // namespace
 
 void add_run_command(CLI::App& app, Runner* runner) {
-  auto args = std::make_shared<RunArgs>();
-  auto* cmd = add_command(app, runner, args, run,
+  auto [cmd, args] = add_command<RunArgs>(app, runner, run,
       "run",
       "Run one case (a JSON spec: model, checkpoint flags and policy, executor, phases, microbatch order, seeds) and "
       "print per step the loss, gradient norms, RNG ledger counts and memory by category. Exit 0 passed, 1 failed or "

@@ -33,8 +33,7 @@ int worker(const WorkerArgs& a) {
 }  // namespace
 
 void add_worker_command(CLI::App& app, Runner* runner) {
-  auto args = std::make_shared<WorkerArgs>();
-  auto* cmd = add_command(app, runner, args, worker,
+  auto [cmd, args] = add_command<WorkerArgs>(app, runner, worker,
       "worker",
       "Serve recap's own runtime over the worker protocol recap.worker/1 on stdin/stdout (drivers/PROTOCOL.md). "
       "Exit 0 on shutdown or end of input, 2 on a protocol error.");

@@ -303,7 +303,7 @@ std::string WorkerSut::stderr_tail() const {
   return tail.empty() ? "" : "; stderr: " + tail;
 }
 
-SutRun WorkerSut::run(const training::CaseSpec& spec) {
+SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   if (pid_ < 0) {
     try {
       start();
@@ -320,12 +320,7 @@ SutRun WorkerSut::run(const training::CaseSpec& spec) {
     if (checked_eager_.insert(training::case_to_json(eager).dump()).second) req.header["determinism_check"] = true;
   }
   if (config_.send_frames) req.frames = case_frames(spec);
-  // Another system's masks come back whole for the fp64 oracles (reference, training), which judge
-  // fp32 cases only. Frames are a byte per element of every mask of every step: asked for only
-  // while a mask is at most 64 K elements (framework campaigns draw hidden <= 64, tokens <= 64),
-  // since a large case's would be hundreds of MB per run.
-  const bool small = int64_t{spec.model.tokens} * spec.model.hidden <= (int64_t{1} << 16);
-  if (!config_.recap_runtime && spec.model.dtype == models::DType::F32 && small) req.header["mask_frames"] = true;
+  if (ask.mask_frames) req.header["mask_frames"] = true;
   Message obs;
   begin_request();
   struct EndRequest {

@@ -1,12 +1,14 @@
 // A system under test seen from recap's oracles: it runs a case and returns the run they judge.
-// recap's own runtime runs in process unless a Sut is given (properties::OracleOptions::sut);
-// WorkerSut runs cases in a persistent worker process speaking recap.worker/1 (drivers/PROTOCOL.md),
-// started once and restarted after it dies, so a case that kills it costs that case alone.
+// InProcessSut (in_process.h) is recap's own runtime in this process (what
+// properties::OracleOptions::sut stands for when null, and what `recap worker` serves); WorkerSut
+// runs cases in a persistent worker process speaking recap.worker/1 (drivers/PROTOCOL.md), started
+// once and restarted after it dies, so a case that kills it costs that case alone.
 #pragma once
 
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <sys/types.h>
 #include <unordered_set>
@@ -37,6 +39,30 @@ struct SutInfo {
   Json mutants = Json();  // the hello's "mutants" (framework drivers: drivers/recap_drivers/mutants.py); null: none
 };
 
+// A system could not run the case as specified (a worker's status "skipped"): its one-line reason.
+struct SkippedBySut : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// A worker died during the case: `signal` names the signal that killed it ("SIGSEGV"), "" when it
+// exited, hung or talked garbage. The case is `crashed`, its bucket carries the signal.
+struct WorkerCrash : std::runtime_error {
+  WorkerCrash(const std::string& what, std::string sig) : std::runtime_error(what), signal(std::move(sig)) {}
+  std::string signal;
+};
+
+// What a run is asked to send beyond the observation every system sends. The oracles decide it
+// (properties/oracles/: what the selected oracles read); a system sends what it can.
+struct RunRequest {
+  // Every recorded mask's bytes (drivers/PROTOCOL.md, "mask_frames"): the fp64 oracles apply
+  // another system's masks to their reference. recap's runtime needs none (its draws are its own).
+  bool mask_frames = false;
+};
+
+// The device a run was on, known even when the run threw after making it.
+struct SutDevice {
+  std::string device_name, backend;
+};
+
 class Sut {
  public:
   virtual ~Sut() = default;
@@ -46,7 +72,10 @@ class Sut {
   // Runs the case. Throws SkippedBySut when the system cannot run it as specified, and
   // std::runtime_error with one line when it could not give a run (the worker died, talked
   // garbage, refused the case, did not answer in time): the oracles record the case as crashed.
-  virtual SutRun run(const training::CaseSpec& spec) = 0;
+  virtual SutRun run(const training::CaseSpec& spec, const RunRequest& ask) = 0;
+  // The device of the last run() when it threw after making one (a crashed case still names its
+  // device); empty when unknown.
+  virtual SutDevice last_device() const { return {}; }
 };
 
 struct WorkerConfig {
@@ -74,7 +103,7 @@ class WorkerSut : public Sut {
   ~WorkerSut() override;
   std::string name() const override { return config_.name; }
   bool recap_runtime() const override { return config_.recap_runtime; }
-  SutRun run(const training::CaseSpec& spec) override;
+  SutRun run(const training::CaseSpec& spec, const RunRequest& ask) override;
   // Starts the worker when it is not running (it answers `hello` first) and returns what it said.
   // std::runtime_error with one line when it cannot start, exits, refuses hello, talks garbage or
   // does not answer in time ("the worker exited with status 2: <its stderr tail>").

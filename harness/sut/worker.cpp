@@ -12,6 +12,7 @@
 
 #include "harness/base/names.h"
 #include "harness/sut/capabilities.h"
+#include "harness/sut/in_process.h"
 #include "harness/sut/observed.h"
 #include "models/registry.h"
 
@@ -52,7 +53,8 @@ Json failure_json(const training::RunFailure& f) {
           {"step", f.step},   {"api", f.api},     {"error", f.error},   {"message", f.message}};
 }
 
-Json memory_json(const training::RunResult& r) {
+// An observation's "memory": the figures every system reports (drivers/PROTOCOL.md).
+Json observation_memory_json(const training::RunResult& r) {
   int64_t replay_peak = 0, eager_activations = 0;
   for (const auto& s : r.steps) {
     if (s.phase == "replay") replay_peak = std::max(replay_peak, s.memory.device.peak_bytes);
@@ -97,7 +99,7 @@ Message observation_of(const training::RunResult& r, const Json& id) {
   h["steps"] = steps;
   // What the executor captured and launched (CONTRACT: "graphs"), as a framework driver reports it.
   h["graphs"] = {{"captures", r.captures ? Json(*r.captures) : Json::object()}};
-  h["memory"] = memory_json(r);
+  h["memory"] = observation_memory_json(r);
   // What recap's own oracles read beyond the common fields (run_result_of reads them back).
   Json cap = Json::array();
   for (const auto& c : r.capture_memory.allocator.tensors) cap.push_back({c.live_bytes, c.peak_bytes});
@@ -349,6 +351,7 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
   int runs = 0;
   std::string err;
   auto probe = device::make_device(backend, {}, &err);
+  InProcessSut recap(backend);
   for (;;) {
     Message req;
     try {
@@ -409,25 +412,21 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
         continue;
       }
     }
-    if (std::string why = training::unmodelled(spec); !why.empty()) {
-      write_message(out, skipped_reply(spec, why, id));
-      continue;
-    }
     auto t0 = std::chrono::steady_clock::now();
     try {
-      auto dev = device::make_device(backend, {}, &err);
-      if (!dev) throw std::runtime_error("cannot create the device: " + err);
-      // As recap runs a case in process (properties' run_on_fresh_device).
-      training::CheckedRun c = training::run_case_checked(*dev, spec);
-      Message obs = observation_of(c.result, id);
-      obs.header["device"] = dev->name();
-      obs.header["recap"]["backend"] = device::backend_name(dev->backend());
-      obs.header["recap"]["hygiene"] = c.hygiene;
-      obs.header["recap"]["live_after"] = c.live_after;
+      // As recap runs a case in process: the same Sut.
+      SutRun run = recap.run(spec, {});
+      Message obs = observation_of(run.result, id);
+      obs.header["device"] = run.device_name;
+      obs.header["recap"]["backend"] = run.backend;
+      obs.header["recap"]["hygiene"] = run.hygiene.value_or("");
+      obs.header["recap"]["live_after"] = run.live_after.value_or(0);
       obs.header["timings"] = {
           {"run_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
       if (retire) obs.header["retire"] = true;
       write_message(out, obs);
+    } catch (const SkippedBySut& e) {
+      write_message(out, skipped_reply(spec, e.what(), id));
     } catch (const ProtocolError&) {
       throw;
     } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 
 #include "harness/device/device.h"
 #include "harness/sut/protocol.h"
+#include "harness/sut/sut.h"
 #include "harness/training/executor.h"
 
 namespace recap::sut {
@@ -27,16 +28,6 @@ Message observation_of(const training::RunResult& r, const Json& id);
 // memory from the common figures. SkippedBySut for status "skipped"; ProtocolError when it is not an
 // observation, or lacks a field or frame.
 training::RunResult run_result_of(const Message& obs, const training::CaseSpec& spec);
-// A worker could not run the case as specified (status "skipped"): its one-line reason.
-struct SkippedBySut : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-// A worker died during the case: `signal` names the signal that killed it ("SIGSEGV"), "" when it
-// exited, hung or talked garbage. The case is `crashed`, its bucket carries the signal.
-struct WorkerCrash : std::runtime_error {
-  WorkerCrash(const std::string& what, std::string sig) : std::runtime_error(what), signal(std::move(sig)) {}
-  std::string signal;
-};
 
 // The frames a run request carries (drivers/PROTOCOL.md, "run"): every parameter's initial values
 // (`param <name>`) and every step's inputs and targets (`input|target <step> <microbatch>`), made

@@ -19,7 +19,8 @@ bool all_finite(const std::vector<std::vector<float>>& v) {
   return true;
 }
 
-Json memory_json(const MemorySnapshot& m) {
+// One memory snapshot of recap.run/1: each category live/peak, and the graph pool.
+Json snapshot_json(const MemorySnapshot& m) {
   Json cats = Json::object();
   for (int c = 0; c < device::kNumCategories; ++c) {
     auto cat = static_cast<device::MemCategory>(c);
@@ -106,7 +107,7 @@ Json run_result_to_json(const RunResult& r) {
   j["capture"] = {{"captured", r.captured},
                   {"graphs", r.graphs},
                   {"ms", json_number(r.capture_ms)},
-                  {"memory", memory_json(r.capture_memory)}};
+                  {"memory", snapshot_json(r.capture_memory)}};
   j["ledger"] = {{"summary", r.ledger_summary},
                  {"recompute_mismatches", r.recompute_mismatches},
                  {"reused", r.reused_masks}};
@@ -130,7 +131,7 @@ Json run_result_to_json(const RunResult& r) {
     st["param_digest"] = hex64(digest(s.params));
     LedgerCounts lc = count_ledger(s.ledger);
     st["ledger"] = {{"draws", lc.draws}, {"forward", lc.forward}, {"recompute", lc.recompute}, {"mismatches", lc.mismatches}};
-    st["memory"] = memory_json(s.memory);
+    st["memory"] = snapshot_json(s.memory);
     st["ms"] = json_number(s.ms);
     steps.push_back(st);
   }

@@ -8,7 +8,7 @@
 //   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
 //   and naive   is reported.
 // A check that judged neither (frameworks report no bytes live after teardown) is skipped.
-// The case's memory figures (memory_json) go into every report, judged or not.
+// The case's memory figures (case_memory_json) go into every report, judged or not.
 #include <algorithm>
 
 #include "properties/oracles/oracle.h"
@@ -141,7 +141,7 @@ CheckResult judge(Runs& runs) {
 
 }  // namespace
 
-Json memory_json(const RunResult& r) {
+Json case_memory_json(const RunResult& r) {
   Json j;
   Json cap;
   for (int c = 0; c < device::kNumCategories; ++c) {

@@ -38,8 +38,8 @@ struct Run {
   std::optional<std::string> hygiene;
   std::string device_name, backend;  // what it ran on ("sim", "NVIDIA H200"; "sim", "cuda")
 };
-std::unique_ptr<device::Device> new_device(device::BackendChoice b);
-// On opts.sut when set, else in process on a fresh device of opts.backend.
+// On opts.sut when set, else on recap's runtime in this process (sut::InProcessSut of
+// opts.backend), asked for what the selected oracles read (run_request).
 Run run_on_fresh_device(const training::CaseSpec& spec, const OracleOptions& opts);
 // "" when the twin ran through, else "<what> crashed: ..." / "<what> failed: ...".
 std::string twin_trouble(const char* what, const Run& r);
@@ -100,16 +100,30 @@ struct Oracle {
   const char* name;
   const char* demands;  // one line, for --help and the docs
   CheckResult (*judge)(Runs&);
+  // It applies another system's dropout masks to its fp64 reference: the system is asked to send
+  // them (run_request).
+  bool reads_masks = false;
 };
 
-// The memory figures of a run, for every case report (memory.cpp).
-Json memory_json(const training::RunResult& r);
+// Whether opts selects the property (no selection: every one).
+bool selected(const OracleOptions& opts, const std::string& property);
+// What every run of the case is asked to send, decided by the selected oracles (registry.cpp).
+sut::RunRequest run_request(const training::CaseSpec& spec, const OracleOptions& opts);
+
+// The memory figures of a run, for every case report (CaseReport::memory; memory.cpp).
+Json case_memory_json(const training::RunResult& r);
 
 // Every oracle, in the order they are checked.
 const std::vector<Oracle>& oracles();
 
 // The oracles, one per file.
 Oracle capture_clean_oracle();
+// capture_clean's check of a case that is not valid (training::validate's line): skipped.
+CheckResult capture_clean_of_invalid_case(const std::string& why);
+// capture_clean's check of a case whose own run gives nothing to judge, the case's only one:
+// skipped by the system, out of memory, crashed (its signal as the error), a driver's error.
+// nullopt: the run can be judged (every selected oracle, capture_clean's judge first).
+std::optional<CheckResult> capture_clean_of_unjudged_run(const Run& own);
 Oracle eager_vs_graphed_oracle();
 Oracle recompute_on_off_oracle();
 Oracle rng_ledger_oracle();

@@ -180,7 +180,7 @@ CheckResult judge(Runs& runs) {
 
 Oracle reference_oracle() {
   return {"reference", "y, dx and every parameter gradient against the fp64 reference (tolerance by dtype and depth)",
-          judge};
+          judge, /*reads_masks=*/true};
 }
 
 }  // namespace recap::properties

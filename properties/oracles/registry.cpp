@@ -12,6 +12,25 @@ const std::vector<Oracle>& oracles() {
   return all;
 }
 
+bool selected(const OracleOptions& opts, const std::string& property) {
+  if (opts.properties.empty()) return true;
+  for (const auto& q : opts.properties)
+    if (q == property) return true;
+  return false;
+}
+
+sut::RunRequest run_request(const training::CaseSpec& spec, const OracleOptions& opts) {
+  sut::RunRequest ask;
+  // Another system's masks come back whole for the fp64 oracles, which judge fp32 cases only.
+  // Frames are a byte per element of every mask of every step: asked for only while a mask is at
+  // most 64 K elements (framework campaigns draw hidden <= 64, tokens <= 64), since a large case's
+  // would be hundreds of MB per run. recap's runtime needs none: its draws are its own.
+  const bool small = int64_t{spec.model.tokens} * spec.model.hidden <= (int64_t{1} << 16);
+  if (!opts.sut || opts.sut->recap_runtime() || spec.model.dtype != models::DType::F32 || !small) return ask;
+  for (const Oracle& o : oracles()) ask.mask_frames = ask.mask_frames || (o.reads_masks && selected(opts, o.name));
+  return ask;
+}
+
 const std::vector<std::string>& property_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
@@ -21,27 +40,19 @@ const std::vector<std::string>& property_names() {
   return names;
 }
 
-CheckResult passed(const std::string& property, const std::string& evidence) {
-  CheckResult c;
-  c.property = property;
-  c.disposition = Disposition::Passed;
-  c.evidence = evidence;
-  return c;
-}
-
-CheckResult skipped(const std::string& property, const std::string& why) {
-  CheckResult c;
-  c.property = property;
-  c.disposition = Disposition::Skipped;
-  c.reason = why;
-  return c;
-}
-
 CheckResult bad(const std::string& property, Disposition d, const std::string& why) {
   CheckResult c;
   c.property = property;
   c.disposition = d;
   c.reason = why;
+  return c;
+}
+
+CheckResult skipped(const std::string& property, const std::string& why) { return bad(property, Disposition::Skipped, why); }
+
+CheckResult passed(const std::string& property, const std::string& evidence) {
+  CheckResult c = bad(property, Disposition::Passed, "");
+  c.evidence = evidence;
   return c;
 }
 

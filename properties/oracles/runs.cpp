@@ -3,10 +3,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "harness/runtime/faults.h"
 #include "properties/oracles/oracle.h"
 
-#include "harness/sut/worker.h"
+#include "harness/sut/in_process.h"
 
 namespace recap::properties {
 
@@ -109,37 +108,18 @@ std::optional<Divergence> first_divergence(const RunResult& a, const RunResult& 
   return std::nullopt;
 }
 
-std::unique_ptr<device::Device> new_device(device::BackendChoice b) {
-  std::string err;
-  auto dev = device::make_device(b, {}, &err);
-  if (!dev) throw std::runtime_error("cannot create the device: " + err);
-  return dev;
-}
-
 Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
   Run r;
   auto t0 = std::chrono::steady_clock::now();
+  sut::InProcessSut in_process(opts.backend);
+  sut::Sut& system = opts.sut ? *opts.sut : in_process;
   try {
-    if (opts.sut) {
-      sut::SutRun s = opts.sut->run(spec);
-      r.result = std::move(s.result);
-      r.live_after = s.live_after;
-      r.hygiene = s.hygiene;
-      r.device_name = s.device_name;
-      r.backend = s.backend;
-    } else if (std::string why = training::unmodelled(spec); !why.empty()) {
-      r.skipped = why;  // as `recap worker` answers it
-    } else if (std::string f = runtime::process_killing_fault(spec.faults); !f.empty()) {
-      r.skipped = "fault " + f + " kills the process that runs the case: only a worker runs it (--sut recap-worker)";
-    } else {
-      auto dev = new_device(opts.backend);
-      r.device_name = dev->name();
-      r.backend = device::backend_name(dev->backend());
-      training::CheckedRun c = training::run_case_checked(*dev, spec);
-      r.result = std::move(c.result);
-      r.hygiene = c.hygiene;
-      r.live_after = c.live_after;
-    }
+    sut::SutRun s = system.run(spec, run_request(spec, opts));
+    r.result = std::move(s.result);
+    r.live_after = s.live_after;
+    r.hygiene = s.hygiene;
+    r.device_name = s.device_name;
+    r.backend = s.backend;
   } catch (const sut::SkippedBySut& e) {
     r.skipped = e.what();
   } catch (const runtime::DeviceError& e) {
@@ -152,6 +132,10 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     r.crash = e.what();
   } catch (...) {
     r.crash = "unknown exception";
+  }
+  if (!r.result) {  // it threw: the device it had made, if any
+    r.device_name = system.last_device().device_name;
+    r.backend = system.last_device().backend;
   }
   r.ms = ms_since(t0);
   return r;

@@ -117,7 +117,7 @@ Oracle training_oracle() {
   return {"training",
           "step 1's gradients (microbatch 0) against the fp64 reference from the parameters after step 0 and step 1's "
           "data and masks: the training loop (zeroing, update) tied to the math",
-          judge};
+          judge, /*reads_masks=*/true};
 }
 
 }  // namespace recap::properties

@@ -24,16 +24,16 @@ TEST(FuzzProbe, DISABLED_Throughput) {
     for (const auto& p : property_names())
       if (p != std::getenv("WITHOUT")) o.oracle.properties.push_back(p);
   }
-  FuzzStats st = fuzz(o);
+  reports::CampaignResult st = fuzz(o);
   std::cout << st.cases << " cases in " << st.seconds << " s: " << st.cases / st.seconds * 60 << " cases/min\n";
   for (auto& [k, v] : st.by_disposition) std::cout << "  " << k << ": " << v << "\n";
   for (auto& [k, v] : st.classification) std::cout << "  [" << k << "] " << v << "\n";
   for (auto& f : st.findings) std::cout << "  finding " << f << "\n";
   if (std::getenv("LAST") && !st.reports.empty())
-    std::cout << case_report_to_json(st.reports.back()).dump(1) << "\n";
+    std::cout << st.reports.back().dump(1) << "\n";
   for (auto& f : st.failures)
-    std::cout << "FAIL " << f.property << " shrinks " << f.shrinks << " " << f.reproduce << "\n  "
-              << f.report.first_failure() << "\n" << training::case_to_json(f.spec).dump() << "\n";
+    std::cout << "FAIL " << f.property << " shrinks " << f.shrinks << " " << f.reproduce << "\n  " << f.reason << "\n"
+              << f.case_json.dump() << "\n";
 }
 
 }  // namespace
@@ -42,74 +42,83 @@ TEST(FuzzProbe, DISABLED_Throughput) {
 namespace recap::properties {
 namespace {
 
-Json stripped(const FuzzStats& st) {
+using reports::CampaignResult;
+
+Json stripped(const CampaignResult& st) {
   Json j = Json::array();
-  for (const auto& r : st.reports) {
-    Json k = case_report_to_json(r);
+  for (Json k : st.reports) {
     k.erase("timings");
     j.push_back(k);
   }
   return j;
 }
 
-// Seed 1 under the naive policy: its first chunk fails within a few cases.
-FuzzOptions naive_campaign(int cases) {
+// The case a counterexample holds (its JSON form, as the reports carry it).
+training::CaseSpec spec_of(const reports::FailureRecord& f) {
+  training::CaseSpec spec;
+  EXPECT_EQ(training::case_from_json(f.case_json, &spec), "");
+  return spec;
+}
+
+FuzzOptions campaign(uint64_t seed, int cases, training::CheckpointPolicy policy) {
   FuzzOptions o;
-  o.seed = 1;
+  o.seed = seed;
   o.cases = cases;
-  o.gen.policy = training::CheckpointPolicy::Naive;
+  o.gen.policy = policy;
   return o;
 }
 
+// Seed 1 under the naive policy: its first chunk fails within a few cases.
+FuzzOptions naive_campaign(int cases) { return campaign(1, cases, training::CheckpointPolicy::Naive); }
+
 TEST(Fuzz, NaiveFindsTheCaptureFailureAndShrinksItToOneLayer) {
   FuzzOptions o = naive_campaign(50);
-  FuzzStats st = fuzz(o);
+  CampaignResult st = fuzz(o);
   ASSERT_EQ(st.failures.size(), 1u);
   EXPECT_LE(st.cases, 50);
-  const Counterexample& cx = st.failures[0];
+  const reports::FailureRecord& cx = st.failures[0];
+  const training::CaseSpec spec = spec_of(cx);
   EXPECT_EQ(cx.property, "capture_clean");
-  EXPECT_EQ(cx.spec.model.layers.size(), 1u);
-  EXPECT_NE(cx.spec.layers[0].checkpoint, training::CheckpointGranularity::None);
-  EXPECT_NE(cx.spec.executor, training::ExecutorKind::Eager);
-  EXPECT_TRUE(cx.spec.executor == training::ExecutorKind::FullIteration || cx.spec.layers[0].graphed);
-  EXPECT_EQ(cx.report.disposition, Disposition::Failed);
+  EXPECT_EQ(spec.model.layers.size(), 1u);
+  EXPECT_NE(spec.layers[0].checkpoint, training::CheckpointGranularity::None);
+  EXPECT_NE(spec.executor, training::ExecutorKind::Eager);
+  EXPECT_TRUE(spec.executor == training::ExecutorKind::FullIteration || spec.layers[0].graphed);
+  EXPECT_EQ(cx.report["disposition"], "failed");
+  EXPECT_EQ(cx.disposition, "failed");
   bool named = false;
-  for (const auto& c : cx.report.checks)
-    if (c.property == "capture_clean") named = c.cuda_error == "cudaErrorStreamCaptureUnsupported" && !c.api.empty();
+  for (const auto& c : cx.report["checks"])
+    if (c["property"] == "capture_clean")
+      named = c["capture_error"]["error"] == "cudaErrorStreamCaptureUnsupported" && c["capture_error"]["api"] != "";
   EXPECT_TRUE(named);
+  EXPECT_EQ(cx.error, "cudaErrorStreamCaptureUnsupported");
   EXPECT_GT(cx.shrinks, 0);
   EXPECT_EQ(cx.reproduce.rfind("RC_PARAMS=\"reproduce=", 0), 0u) << cx.reproduce;
   EXPECT_EQ(cx.seed, 1u);
   // The shrunk case replays verbatim to the same verdict.
-  CaseReport again = evaluate(cx.spec, {});
+  CaseReport again = evaluate(spec, {});
   EXPECT_EQ(again.disposition, Disposition::Failed);
-  EXPECT_EQ(again.first_failure(), cx.report.first_failure());
+  EXPECT_EQ(again.first_failure(), cx.reason);
+  EXPECT_EQ(cx.report["first_failure"], cx.reason);
 }
 
 TEST(Fuzz, GraphSafePasses) {
-  FuzzOptions o;
-  o.seed = 7;
-  o.cases = 150;
-  o.gen.policy = training::CheckpointPolicy::GraphSafe;
-  FuzzStats st = fuzz(o);
-  EXPECT_TRUE(st.failures.empty()) << st.failures[0].report.first_failure();
+  FuzzOptions o = campaign(7, 150, training::CheckpointPolicy::GraphSafe);
+  CampaignResult st = fuzz(o);
+  EXPECT_TRUE(st.failures.empty()) << st.failures[0].reason;
   EXPECT_EQ(st.cases, 150);
   EXPECT_EQ(st.by_disposition["passed"], 150);
   EXPECT_EQ(static_cast<int>(st.reports.size()), 150);
 }
 
 TEST(Fuzz, SkipPassesWithTheMemoryFinding) {
-  FuzzOptions o;
-  o.seed = 3;
-  o.cases = 60;
-  o.gen.policy = training::CheckpointPolicy::Skip;
-  FuzzStats st = fuzz(o);
-  EXPECT_TRUE(st.failures.empty()) << st.failures[0].report.first_failure();
+  FuzzOptions o = campaign(3, 60, training::CheckpointPolicy::Skip);
+  CampaignResult st = fuzz(o);
+  EXPECT_TRUE(st.failures.empty()) << st.failures[0].reason;
   ASSERT_FALSE(st.findings.empty());
   EXPECT_NE(st.findings[0].find("recompute lost inside graphs"), std::string::npos) << st.findings[0];
   EXPECT_NE(st.findings[0].find("bytes"), std::string::npos) << st.findings[0];
   o.oracle.require_memory_savings = true;
-  FuzzStats strict = fuzz(o);
+  CampaignResult strict = fuzz(o);
   ASSERT_EQ(strict.failures.size(), 1u);
   EXPECT_EQ(strict.failures[0].property, "memory");
 }
@@ -118,30 +127,27 @@ TEST(Fuzz, SameSeedSameReports) {
   FuzzOptions o;
   o.seed = 11;
   o.cases = 40;
-  FuzzStats a = fuzz(o), b = fuzz(o);
+  CampaignResult a = fuzz(o), b = fuzz(o);
   EXPECT_EQ(stripped(a), stripped(b));
   EXPECT_EQ(a.by_disposition, b.by_disposition);
   EXPECT_EQ(a.classification, b.classification);
   ASSERT_EQ(a.failures.size(), b.failures.size());
   for (size_t i = 0; i < a.failures.size(); ++i) {
     EXPECT_EQ(a.failures[i].reproduce, b.failures[i].reproduce);
-    EXPECT_EQ(training::case_to_json(a.failures[i].spec), training::case_to_json(b.failures[i].spec));
+    EXPECT_EQ(a.failures[i].case_json, b.failures[i].case_json);
   }
 }
 
 TEST(Fuzz, ShardsAreDisjointAndCoverTheCampaign) {
-  FuzzOptions o;
-  o.seed = 5;
-  o.cases = 300;
-  o.gen.policy = training::CheckpointPolicy::GraphSafe;
-  FuzzStats whole = fuzz(o);
+  FuzzOptions o = campaign(5, 300, training::CheckpointPolicy::GraphSafe);
+  CampaignResult whole = fuzz(o);
   std::vector<std::string> all, parts;
-  for (const auto& r : whole.reports) all.push_back(training::case_to_json(r.spec).dump());
+  for (const auto& r : whole.reports) all.push_back(r["spec"].dump());
   o.shard_count = 2;
   for (int i = 0; i < 2; ++i) {
     o.shard_index = i;
-    FuzzStats s = fuzz(o);
-    for (const auto& r : s.reports) parts.push_back(training::case_to_json(r.spec).dump());
+    CampaignResult s = fuzz(o);
+    for (const auto& r : s.reports) parts.push_back(r["spec"].dump());
   }
   std::sort(all.begin(), all.end());
   std::sort(parts.begin(), parts.end());
@@ -149,12 +155,9 @@ TEST(Fuzz, ShardsAreDisjointAndCoverTheCampaign) {
 }
 
 TEST(Fuzz, ClassificationAndProgress) {
-  FuzzOptions o;
-  o.seed = 2;
-  o.cases = 100;
-  o.gen.policy = training::CheckpointPolicy::GraphSafe;
+  FuzzOptions o = campaign(2, 100, training::CheckpointPolicy::GraphSafe);
   int calls = 0, last = 0;
-  FuzzStats st = fuzz(o, [&](const Progress& p) {
+  CampaignResult st = fuzz(o, [&](const Progress& p) {
     ++calls;
     EXPECT_GE(p.done, last);
     last = p.done;
@@ -174,7 +177,7 @@ TEST(Fuzz, TimeBudgetStopsTheCampaign) {
   o.cases = 100000;
   o.time_budget_s = 0.5;
   o.gen.policy = training::CheckpointPolicy::GraphSafe;
-  FuzzStats st = fuzz(o);
+  CampaignResult st = fuzz(o);
   EXPECT_LT(st.cases, 100000);
   EXPECT_LT(st.seconds, 10.0);
 }
@@ -184,17 +187,17 @@ TEST(Fuzz, TimeBudgetStopsTheCampaign) {
 // further (non-vacuity), and the limit is deterministic (same seed, same case).
 TEST(Fuzz, ShrinkLimitBoundsTheShrink) {
   FuzzOptions o = naive_campaign(50);
-  FuzzStats full = fuzz(o);
+  CampaignResult full = fuzz(o);
   ASSERT_EQ(full.failures.size(), 1u);
   o.shrink_limit = 2;
-  FuzzStats a = fuzz(o), b = fuzz(o);
+  CampaignResult a = fuzz(o), b = fuzz(o);
   ASSERT_EQ(a.failures.size(), 1u);
   EXPECT_LE(a.failures[0].shrinks, 4);  // 2 RapidCheck steps, then at most 2 layer deletions
   EXPECT_GT(full.failures[0].shrinks, a.failures[0].shrinks);
-  EXPECT_EQ(training::case_to_json(a.failures[0].spec).dump(), training::case_to_json(b.failures[0].spec).dump());
-  EXPECT_EQ(a.failures[0].report.first_failure().empty(), false);
-  CaseReport again = evaluate(a.failures[0].spec, {});
-  EXPECT_EQ(again.first_failure(), a.failures[0].report.first_failure());
+  EXPECT_EQ(a.failures[0].case_json.dump(), b.failures[0].case_json.dump());
+  EXPECT_EQ(a.failures[0].reason.empty(), false);
+  CaseReport again = evaluate(spec_of(a.failures[0]), {});
+  EXPECT_EQ(again.first_failure(), a.failures[0].reason);
 }
 
 // --keep-going: the campaign runs every case instead of stopping at its first counterexample, and
@@ -203,15 +206,15 @@ TEST(Fuzz, ShrinkLimitBoundsTheShrink) {
 TEST(Fuzz, KeepGoingRunsEveryCaseAndShrinksEachSignatureOnce) {
   FuzzOptions o = naive_campaign(150);  // two chunks
   o.shrink_limit = 3;
-  FuzzStats first = fuzz(o);
+  CampaignResult first = fuzz(o);
   ASSERT_EQ(first.failures.size(), 1u);
   EXPECT_LT(first.cases, 150);  // non-vacuity: without it the campaign stops early
   o.keep_going = true;
-  FuzzStats a = fuzz(o), b = fuzz(o);
+  CampaignResult a = fuzz(o), b = fuzz(o);
   EXPECT_EQ(a.cases, 150);
   EXPECT_EQ(a.reports.size(), 150u);
   int failing = 0;
-  for (const auto& r : a.reports) failing += r.disposition == Disposition::Failed || r.disposition == Disposition::Incorrect;
+  for (const auto& r : a.reports) failing += r["disposition"] == "failed" || r["disposition"] == "incorrect";
   EXPECT_GT(failing, static_cast<int>(a.failures.size()));
   ASSERT_GE(a.failures.size(), 1u);
   std::set<std::string> sigs;
@@ -219,8 +222,8 @@ TEST(Fuzz, KeepGoingRunsEveryCaseAndShrinksEachSignatureOnce) {
   EXPECT_LE(a.failures.size(), 2 * sigs.size());  // at most once per bucket and chunk
   ASSERT_EQ(a.failures.size(), b.failures.size());
   for (size_t i = 0; i < a.failures.size(); ++i)
-    EXPECT_EQ(training::case_to_json(a.failures[i].spec).dump(), training::case_to_json(b.failures[i].spec).dump());
-  EXPECT_EQ(training::case_to_json(a.failures[0].spec).dump(), training::case_to_json(first.failures[0].spec).dump());
+    EXPECT_EQ(a.failures[i].case_json.dump(), b.failures[i].case_json.dump());
+  EXPECT_EQ(a.failures[0].case_json.dump(), first.failures[0].case_json.dump());
 }
 
 // A naive checkpoint of a dropout (whose recompute draws a new mask) sits behind four plain layers, where RapidCheck's shrink

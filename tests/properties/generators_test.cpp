@@ -67,18 +67,22 @@ TEST(Generators, Coverage) {
   EXPECT_GE(seen["checkpoint+capture+dropout"], n / 10) << seen["checkpoint+capture+dropout"];
 }
 
-// Shrinking moves toward the smallest case: a property that fails for every case shrinks to one
-// linear layer at the smallest dims, the fewest steps, flags off.
-TEST(Generators, ShrinksTowardTheSmallestCase) {
-  auto g = gen_case({});
-  auto shrinkable = g(rc::Random(42), rc::kNominalSize);
-  // Greedy: always take the first shrink (every case "fails").
+// The case a shrink of `gen`'s draw (seed 42) ends at when every case "fails": greedy, always the
+// first shrink.
+training::CaseSpec shrunk_always_failing(const rc::Gen<training::CaseSpec>& gen) {
+  auto shrinkable = gen(rc::Random(42), rc::kNominalSize);
   for (int guard = 0; guard < 10000; ++guard) {
     auto first = shrinkable.shrinks().next();
     if (!first) break;
     shrinkable = *first;
   }
-  auto s = shrinkable.value();
+  return shrinkable.value();
+}
+
+// Shrinking moves toward the smallest case: a property that fails for every case shrinks to one
+// linear layer at the smallest dims, the fewest steps, flags off.
+TEST(Generators, ShrinksTowardTheSmallestCase) {
+  auto s = shrunk_always_failing(gen_case({}));
   EXPECT_EQ(s.model.layers.size(), 1u);
   EXPECT_EQ(s.model.layers[0].kind, "linear");
   EXPECT_EQ(s.model.hidden, 8);
@@ -211,13 +215,7 @@ TEST(Generators, ShrinkTowardTheSimplestSupportedValue) {
   g.caps.all.kinds = {"gelu", "block"};
   g.caps.all.dtype = {models::DType::BF16};
   g.caps.all.executor = {training::ExecutorKind::PerLayer, training::ExecutorKind::FullIteration};
-  auto shrinkable = gen_case(g)(rc::Random(42), rc::kNominalSize);
-  for (int guard = 0; guard < 10000; ++guard) {
-    auto first = shrinkable.shrinks().next();
-    if (!first) break;
-    shrinkable = *first;
-  }
-  auto s = shrinkable.value();
+  auto s = shrunk_always_failing(gen_case(g));
   EXPECT_EQ(s.model.layers.size(), 1u);
   EXPECT_EQ(s.model.layers[0].kind, "gelu");
   EXPECT_EQ(s.model.dtype, models::DType::BF16);

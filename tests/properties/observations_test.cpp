@@ -75,7 +75,7 @@ class ObservedSut : public sut::Sut {
   explicit ObservedSut(std::function<Observation(const CaseSpec&)> of) : of_(std::move(of)) {}
   std::string name() const override { return "framework"; }
   bool recap_runtime() const override { return false; }
-  sut::SutRun run(const CaseSpec& spec) override {
+  sut::SutRun run(const CaseSpec& spec, const sut::RunRequest&) override {
     sut::SutRun r;
     r.result = sut::run_result_of(of_(spec).message(), spec);
     return r;  // no hygiene, no live_after: a framework reports neither
@@ -148,6 +148,10 @@ TEST(Observations, NoDrawInsideACheckpointIsSkippedNotPassed) {
   EXPECT_EQ(c.reason, "no draw inside a checkpoint observed");
 }
 
+void expect_evidence(const CaseReport& r, const std::string& property, const std::string& text) {
+  EXPECT_NE(check(r, property).evidence.find(text), std::string::npos) << check(r, property).evidence;
+}
+
 TEST(Observations, NoHygieneObservationIsSkippedAndACaseOfSkippedChecksIsSkipped) {
   CaseReport r = judge(framework_case(), [](const CaseSpec&) { return Observation{}; }, {"hygiene"});
   EXPECT_EQ(check(r, "hygiene").disposition, Disposition::Skipped);
@@ -156,9 +160,7 @@ TEST(Observations, NoHygieneObservationIsSkippedAndACaseOfSkippedChecksIsSkipped
   // Non-vacuity: one judged check makes the case judged.
   CaseReport both = judge(framework_case(), [](const CaseSpec&) { return Observation{}; }, {"hygiene", "capture_clean"});
   EXPECT_EQ(both.disposition, Disposition::Passed) << both.first_failure();
-  EXPECT_NE(check(both, "capture_clean").evidence.find("no capture or run error in 3 steps (6 graphs captured)"),
-            std::string::npos)
-      << check(both, "capture_clean").evidence;
+  expect_evidence(both, "capture_clean", "no capture or run error in 3 steps (6 graphs captured)");
 }
 
 TEST(Observations, ReplayStepsWithoutObservedGraphsAreTheDriversError) {
@@ -184,9 +186,7 @@ TEST(Observations, ReplayStepsWithoutObservedGraphsAreTheDriversError) {
   // Non-vacuity: the same case with its graphs observed is judged.
   CaseReport ok = judge(framework_case(), [](const CaseSpec&) { return Observation{}; }, {"capture_clean", "eager_vs_graphed"});
   EXPECT_EQ(ok.disposition, Disposition::Passed) << ok.first_failure();
-  EXPECT_NE(check(ok, "eager_vs_graphed").evidence.find("6 graphs replayed 12 times; 3 steps x 1 microbatches, 3 tensors"),
-            std::string::npos)
-      << check(ok, "eager_vs_graphed").evidence;
+  expect_evidence(ok, "eager_vs_graphed", "6 graphs replayed 12 times; 3 steps x 1 microbatches, 3 tensors");
 }
 
 TEST(Observations, ASystemThatDoesNotReportGraphsLeavesEagerVsGraphedSkipped) {

@@ -14,6 +14,7 @@
 #include "harness/sut/worker.h"
 #include "properties/diagnosis.h"
 #include "properties/oracles.h"
+#include "properties/oracles/oracle.h"
 
 namespace recap::properties {
 namespace {
@@ -131,7 +132,7 @@ class SkipOnlySut : public sut::Sut {
   explicit SkipOnlySut(bool saves) : saves_(saves) {}
   std::string name() const override { return "skip-only"; }
   bool recap_runtime() const override { return false; }
-  sut::SutRun run(const training::CaseSpec& spec) override {
+  sut::SutRun run(const training::CaseSpec& spec, const sut::RunRequest&) override {
     if (spec.policy == CheckpointPolicy::GraphSafe) throw sut::SkippedBySut("policy graph-safe: not in this version");
     sut::SutRun r;
     r.result.captured = spec.executor != training::ExecutorKind::Eager;
@@ -159,6 +160,29 @@ TEST(Evaluate, SkipWithoutAGraphSafeTwinIsJudgedAgainstNoCheckpoint) {
   EXPECT_EQ(m.bytes, 65536 - 3 * 4 * 8 * 4);
   o.sut = std::make_shared<SkipOnlySut>(true);
   EXPECT_EQ(check(evaluate(s, o), "memory").disposition, Disposition::Passed);
+}
+
+// What a system is asked to send is the oracles' decision (run_request): another system's masks
+// only while an fp64 oracle that applies them is selected, for fp32 cases of at most 64 K mask
+// elements; recap's runtime never (its draws are its own).
+TEST(RunRequest, MasksAreAskedOnlyForTheFp64OraclesOfAnotherSystem) {
+  auto s = one_layer("mlp", CheckpointPolicy::GraphSafe, training::ExecutorKind::PerLayer);
+  ASSERT_EQ(s.model.dtype, models::DType::F32);
+  OracleOptions o;
+  EXPECT_FALSE(run_request(s, o).mask_frames);  // recap's runtime in process
+  o.sut = std::make_shared<SkipOnlySut>(true);
+  EXPECT_TRUE(run_request(s, o).mask_frames);
+  o.properties = {"memory", "rng_ledger"};
+  EXPECT_FALSE(run_request(s, o).mask_frames);
+  o.properties = {"training"};
+  EXPECT_TRUE(run_request(s, o).mask_frames);
+  training::CaseSpec big = s;
+  big.model.hidden = 1024;
+  big.model.tokens = 128;
+  EXPECT_FALSE(run_request(big, o).mask_frames);
+  training::CaseSpec bf16 = s;
+  bf16.model.dtype = models::DType::BF16;
+  EXPECT_FALSE(run_request(bf16, o).mask_frames);
 }
 
 TEST(Evaluate, GraphSafeSavesMemoryInsideGraphs) {

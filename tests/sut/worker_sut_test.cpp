@@ -86,7 +86,7 @@ TEST(WorkerSut, AHelloIsKeptAndARunNotAnsweredInTimeIsACrashWithItsReason) {
   spec.layers.push_back({});
   std::string e;
   try {
-    w.run(spec);
+    w.run(spec, {});
   } catch (const std::runtime_error& x) {
     e = x.what();
   }
@@ -116,7 +116,7 @@ TEST(WorkerSut, DeterminismIsCheckedOncePerEagerForm) {
   other.rng_seed = 77;
   for (const auto* spec : {&graphed, &graphed, &eager, &other}) {
     try {
-      w.run(*spec);
+      w.run(*spec, {});
     } catch (const std::runtime_error&) {
     }
   }

@@ -1,0 +1,183 @@
+// The recap command line's shared pieces (cli.h): the backend, property and system-under-test
+// options, starting a system under test, opening a device, checking output paths. main.cpp holds
+// main() alone; each subcommand (*_cmd.cpp) uses these.
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "harness/cli/cli.h"
+#include "properties/oracles.h"
+
+namespace recap::cli {
+
+void add_backend_option(CLI::App& cmd, std::string* backend) {
+  cmd.add_option("--backend", *backend,
+                 "Device backend: sim (CPU model of CUDA's rules), cuda (the GPU), or auto (cuda when a GPU is "
+                 "usable, else sim)")
+      ->check(CLI::IsMember({"sim", "cuda", "auto"}))
+      ->default_val("auto");
+}
+
+void add_property_option(CLI::App& cmd, std::vector<std::string>* properties) {
+  std::string all;
+  for (const auto& p : properties::property_names()) all += (all.empty() ? "" : ", ") + p;
+  cmd.add_option("--property", *properties, "Check only these properties (repeat the flag or separate by commas; all when absent): " + all)
+      ->delimiter(',')
+      ->check([](const std::string& name) { return properties::unknown_property({name}); });
+}
+
+void add_sut_options(CLI::App& cmd, SutFlags* f) {
+  cmd.add_option("--sut", f->sut,
+                 "System under test: recap (recap's runtime in this process), recap-worker (the same runtime in a "
+                 "persistent `recap worker` process, through the worker protocol), torch or megatron (through "
+                 "drivers/recap_drivers; @VERSION makes the driver refuse to start unless that version is installed)")
+      ->check([](const std::string& v) {
+        SutChoice c;
+        return parse_sut(v, &c);
+      })
+      ->each([f](const std::string&) { f->sut_given = true; })
+      ->capture_default_str();  // not default_val: that would run `each`
+  add_case_timeout_option(cmd, &f->case_timeout);
+  cmd.add_option("--worker-python", f->worker_python,
+                 "The Python interpreter of the torch and megatron drivers (default: RECAP_PYTHON, else python3)");
+  cmd.add_option("--worker-env", f->worker_env,
+                 "KEY=VALUE set in the worker's environment only, not recap's (repeatable; RECAP_DRIVERS_DIR is read "
+                 "by recap itself)")
+      ->check([](const std::string& kv) {
+        size_t eq = kv.find('=');
+        return eq == std::string::npos || eq == 0 ? "'" + kv + "' is not KEY=VALUE (a variable of the worker's environment)"
+                                                  : std::string();
+      });
+}
+
+void add_case_timeout_option(CLI::App& cmd, double* seconds) {
+  cmd.add_option("--case-timeout", *seconds,
+                 "Seconds a case may take before its worker is killed and the case recorded as crashed (0: no limit; "
+                 "default 600 for a worker SUT, none in process)")
+      ->check(CLI::Range(0.0, 1e6));
+}
+
+std::string parse_sut(const std::string& text, SutChoice* out) {
+  const size_t at = text.find('@');
+  SutChoice c;
+  c.kind = text.substr(0, at);
+  if (at != std::string::npos) c.version = text.substr(at + 1);
+  if (c.kind != "recap" && c.kind != "recap-worker" && c.kind != "torch" && c.kind != "megatron")
+    return "unknown system under test '" + text + "' (one of: recap, recap-worker, torch[@VERSION], megatron[@VERSION])";
+  if (at != std::string::npos) {
+    if (c.kind == "recap" || c.kind == "recap-worker")
+      return "'" + text + "': recap's runtime takes no @VERSION (it is this recap's own)";
+    if (c.version.empty()) return "'" + text + "': a version must follow '@' (e.g. " + c.kind + "@2.11.0)";
+    for (char ch : c.version)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '+' && ch != '-' && ch != '_')
+        return "'" + text + "': a version holds only letters, digits and . + - _";
+  }
+  *out = c;
+  return "";
+}
+
+std::string sut_text(const std::string& name, const std::string& version) {
+  if (name == "recap" || name == "recap-worker" || version.empty()) return name;
+  return name + "@" + version;
+}
+
+SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::string& backend) {
+  SutChoice c;
+  if (std::string err = parse_sut(text, &c); !err.empty()) throw UsageError("--sut: " + err);
+  SystemUnderTest s;
+  s.kind = c.kind;
+  if (c.kind == "recap") {
+    if (f.case_timeout > 0)
+      throw UsageError("--case-timeout: recap's runtime in this process cannot be stopped inside a case "
+                       "(--sut recap-worker runs it in a worker that can)");
+    s.info = {"recap", "0.1.0", open_device(backend)->name(), sut::recap_capabilities_json()};
+  } else {
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) throw UsageError("cannot find the recap executable (/proc/self/exe): " + ec.message());
+    sut::WorkerConfig w;
+    w.name = c.kind;
+    w.case_timeout_s = f.case_timeout < 0 ? 600 : f.case_timeout;
+    const char* echo = std::getenv("RECAP_WORKER_STDERR");
+    w.echo_stderr = echo && std::string(echo) == "1";
+    std::vector<std::string> set = f.worker_env;
+    if (c.kind == "recap-worker") {
+      w.argv = {exe.string(), "worker", "--backend", backend};
+      w.recap_runtime = true;
+    } else {
+      // A Python driver: the package next to the sources recap was built from, unless told otherwise,
+      // ahead of the worker's PYTHONPATH (recap's, or --worker-env's).
+      const char* dir = std::getenv("RECAP_DRIVERS_DIR");
+      const std::string drivers = dir ? dir : std::string(RECAP_SOURCE_DIR) + "/drivers";
+      const char* own = std::getenv("PYTHONPATH");
+      std::string rest = own ? own : "";
+      for (const auto& kv : f.worker_env)
+        if (kv.rfind("PYTHONPATH=", 0) == 0) rest = kv.substr(11);
+      set.push_back("PYTHONPATH=" + drivers + (rest.empty() ? "" : ":" + rest));
+      const char* py = std::getenv("RECAP_PYTHON");
+      const std::string python = !f.worker_python.empty() ? f.worker_python : py && *py ? py : "python3";
+      w.argv = {python, "-m", "recap_drivers", "--sut", c.kind, "--device", backend == "cuda" ? "cuda" : "cpu"};
+      if (!c.version.empty()) {
+        w.argv.push_back("--expect-version");
+        w.argv.push_back(c.version);
+      }
+      w.send_frames = true;
+      w.determinism_check = true;  // a framework's kernels: deterministic algorithms are asked for, and checked
+    }
+    w.env = sut::environment_with(set);
+    auto worker = std::make_shared<sut::WorkerSut>(w);
+    try {
+      s.info = worker->hello();
+    } catch (const std::runtime_error& e) {
+      throw UsageError("--sut " + text + ": " + e.what());
+    }
+    s.sut = worker;
+  }
+  if (std::string err = sut::capabilities_from_json(s.info.capabilities, &s.caps); !err.empty())
+    throw UsageError("--sut " + text + ": its hello: " + err);
+  return s;
+}
+
+std::unique_ptr<device::Device> open_device(const std::string& backend, const device::DeviceOptions& opts) {
+  device::BackendChoice choice;
+  if (!device::parse_backend_choice(backend, &choice)) throw UsageError("unknown backend '" + backend + "'");
+  std::string error;
+  auto dev = device::make_device(choice, opts, &error);
+  if (!dev) throw UsageError(error);
+  return dev;
+}
+
+void check_output_file(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) throw UsageError(flag + " " + path + ": is a folder");
+  if (fs::exists(p, ec)) {  // a file or a device, written over or in place (write_text_file)
+    if (::access(path.c_str(), W_OK) != 0) throw UsageError(flag + " " + path + ": not writable: " + std::strerror(errno));
+    return;
+  }
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (!fs::is_directory(dir, ec)) throw UsageError(flag + " " + path + ": the folder " + dir.string() + " does not exist");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UsageError(flag + " " + path + ": the folder " + dir.string() + " is not writable: " + std::strerror(errno));
+}
+
+void check_output_dir(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  if (fs::exists(p, ec) && !fs::is_directory(p, ec)) throw UsageError(flag + " " + path + ": is not a folder");
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  if (p.empty()) p = ".";
+  if (!fs::is_directory(p, ec)) throw UsageError(flag + " " + path + ": " + p.string() + " is not a folder");
+  if (::access(p.c_str(), W_OK) != 0)
+    throw UsageError(flag + " " + path + ": " + p.string() + " is not writable: " + std::strerror(errno));
+}
+
+}  // namespace recap::cli
