@@ -17,16 +17,17 @@ import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from client import Worker, random_frames  # noqa: E402
-from test_torch_gpu import check_graphs_observed, first_diff, mask_table, survey_entry  # noqa: E402
+from tests.helpers import (
+    HAVE_CUDA,
+    Worker,
+    check_graphs_observed,
+    first_diff,
+    make_case,
+    mask_table,
+    random_frames,
+    survey_entry,
+)
 
-try:
-    import torch
-
-    HAVE_CUDA = torch.cuda.is_available()
-except Exception:  # pragma: no cover
-    HAVE_CUDA = False
 try:
     from importlib.metadata import version
 
@@ -34,30 +35,13 @@ try:
 except Exception:
     MCORE = ""
 
-STACK = {
-    "schema": "recap.case/1",
-    "name": "megatron-stack",
-    "hidden": 16,
-    "tokens": 8,
-    "layers": [
-        {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
-        {"kind": "mlp", "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
-        {"kind": "linear"},
-    ],
-    "checkpoint_style": "reentrant",
-    "policy": "naive",
-    "executor": "eager",
-    "warmup": 2,
-    "replays": 3,
-    "microbatches": 2,
-    "generator": "graph-safe",
-    "warmup_backward": "grad-of-inputs",
-    "shared_pool": True,
-    "seeds": {"param": 1, "data": 2, "rng": 3},
-    "lr": 0.05,
-}
+STACK = make_case("megatron-stack", [
+    {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+    {"kind": "mlp", "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+    {"kind": "linear"},
+], hidden=16, tokens=8, warmup=2, replays=3, warmup_backward="grad-of-inputs", shared_pool=True)
 
-SURVEY = []
+SURVEY: list = []
 
 
 def megatron_worker() -> Worker:
