@@ -143,6 +143,16 @@ def random_frames(case: dict, seed: int = 0) -> List[Frame]:
 # ---- what the GPU tests check and survey (test_torch_gpu, test_megatron_gpu) ----
 
 
+def write_survey(name: str, hello: Any, survey: list, limit: int) -> None:
+    """The survey as JSON: in $OUT/<name> when OUT is set, and its first `limit` characters on stderr."""
+    text = json.dumps({"hello": hello, "survey": survey}, indent=1)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, name), "w") as f:
+            f.write(text)
+    sys.stderr.write(text[:limit] + "\n")
+
+
 def mask_table(h):
     return {(s["step"], m["layer"], m["op"], m["microbatch"], m["pass"]): m["digest"]
             for s in h["steps"] for m in s["masks"]}

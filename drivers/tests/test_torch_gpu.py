@@ -12,9 +12,6 @@ equality to eager and their recompute masks. Written to $OUT/gpu_survey.json whe
 from __future__ import annotations
 
 import copy
-import json
-import os
-import sys
 import unittest
 
 from tests.helpers import (
@@ -27,6 +24,7 @@ from tests.helpers import (
     random_frames,
     recompute_mismatches,
     survey_entry,
+    write_survey,
 )
 
 STACK = make_case("gpu-stack", [
@@ -66,12 +64,7 @@ class GpuTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.w.send({"op": "shutdown"})
         cls.w.close()
-        out = os.environ.get("OUT")
-        text = json.dumps({"hello": cls.hello, "survey": SURVEY}, indent=1)
-        if out:
-            with open(os.path.join(out, "gpu_survey.json"), "w") as f:
-                f.write(text)
-        sys.stderr.write(text[:20000] + "\n")
+        write_survey("gpu_survey.json", cls.hello, SURVEY, 20000)
 
     def run_case(self, case, frames, **opts):
         type(self).rid += 1

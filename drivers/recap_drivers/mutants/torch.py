@@ -12,7 +12,7 @@ from .recompute import on_recompute
 
 def _patch_torch_checkpoint(transform):
     """torch.utils.checkpoint.checkpoint(function, *args, **kw) -> transform(function, kw) first.
-    Callers look it up on the module at call time (the drivers' layers.py does)."""
+    Callers look it up on the module at call time (the drivers' core/layers.py does)."""
     import torch.utils.checkpoint as cp
 
     orig = cp.checkpoint

@@ -14,20 +14,14 @@ from ...core import layers as layers_mod
 from .api import Api
 
 
-class MegatronCheckpoint(nn.Module):
-    """megatron-core's tensor_parallel.checkpoint (CheckpointFunction) around a module."""
+class MegatronCheckpoint(layers_mod.Checkpoint):
+    """megatron-core's tensor_parallel.checkpoint (CheckpointFunction, reentrant) around a module."""
 
     def __init__(self, api: Api, inner: nn.Module):
-        super().__init__()
+        super().__init__(inner, use_reentrant=True)
         self.api = api
-        self.inner = inner
-        self.recap_path = getattr(inner, "recap_path", "")
-        self.recap_top = getattr(inner, "recap_top", -1)
 
-    def recap_params(self):
-        return layers_mod.recap_params_of(self.inner)
-
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.api.tensor_parallel.checkpoint(self.inner, False, x)
 
 
