@@ -18,7 +18,7 @@ class GraphObserver:
 
     _MARK = "_recap_graph_observer"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.active = False
         self.label = ""
         self.resolvers: List = []

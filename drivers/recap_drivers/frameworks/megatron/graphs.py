@@ -104,7 +104,7 @@ class CaptureSpans:
     else is changed. The SUT owns one (the wrappers are class-level, installed once). The frame
     that opened the capture tells forward from backward graphs."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.runner = None
         self.forward_bytes = 0
         self._installed = False
