@@ -36,7 +36,8 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 
 # The drivers' Python environment: a venv in .venv-drivers with the pins of
-# drivers/requirements-cpu.txt (torch on the CPU, ~4.7 GB, about 2 minutes from PyPI); installed
+# drivers/requirements-cpu.txt (torch on the CPU, ~4.7 GB, about 2 minutes from PyPI; ruff and mypy
+# for the drivers.ruff and drivers.mypy ctests); installed
 # for `test` (the driver tests and cli.sut_torch_* run against it; RECAP_REQUIRE_TORCH makes a
 # skip for want of torch a failure) and for a `run` whose arguments ask for torch or megatron.
 # Left alone when every pin is installed already.

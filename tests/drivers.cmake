@@ -35,7 +35,7 @@ set(driver_script ${PROJECT_SOURCE_DIR}/scripts/driver-tests.py)
 file(GLOB driver_test_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/drivers/tests/test*.py)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${driver_test_files} ${driver_script})
 
-set(driver_env PYTHONDONTWRITEBYTECODE=1)
+set(driver_env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=${PROJECT_SOURCE_DIR}/drivers)
 if(RECAP_REQUIRE_TORCH)
   list(APPEND driver_env RECAP_REQUIRE_TORCH=1)
 endif()
@@ -94,3 +94,15 @@ foreach(id IN LISTS driver_ids)
     LABELS "${labels}" WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/drivers SKIP_RETURN_CODE 77
     ENVIRONMENT "${driver_env};RECAP_BIN=$<TARGET_FILE:recap>")
 endforeach()
+
+# The package as a user installs it: `pip install ./drivers` into a fresh venv, then the command
+# line's --help (no torch needed); and the linter and the type checker on drivers/ (pyproject.toml
+# configures both; drivers/requirements-cpu.txt pins them). Each skips (77) when its tool or pip's
+# index is missing, and fails instead under RECAP_REQUIRE_TORCH, as the driver tests do.
+add_test(NAME drivers.package COMMAND ${RECAP_DRIVER_PYTHON_EXE} ${driver_script} package ${PROJECT_SOURCE_DIR}/drivers)
+foreach(tool ruff mypy)
+  add_test(NAME drivers.${tool} COMMAND ${RECAP_DRIVER_PYTHON_EXE} ${driver_script} tool ${tool} ${PROJECT_SOURCE_DIR}/drivers)
+endforeach()
+set_tests_properties(drivers.package drivers.ruff drivers.mypy PROPERTIES
+  LABELS drivers SKIP_RETURN_CODE 77 ENVIRONMENT "${driver_env}")
+set_tests_properties(drivers.package PROPERTIES TIMEOUT 300)

@@ -1,6 +1,6 @@
 """What the torch driver's observation costs a training step.
 
-The observation is observe.MaskObserver (a TorchDispatchMode that copies every dropout mask; the
+The observation is core/observe/masks.MaskObserver (a TorchDispatchMode that copies every dropout mask; the
 driver pushes it only inside the dropout sites the layers open, and over every op, reading the
 allocator around GEMMs, only while graphs are built). This
 times the same eager training step of recap's torch model (forward, recap's loss, backward, SGD)
@@ -17,18 +17,16 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import torch  # noqa: E402
 
 from recap_drivers import case as case_mod  # noqa: E402
-from recap_drivers import layers as layers_mod  # noqa: E402
-from recap_drivers import observe  # noqa: E402
-from recap_drivers.torch_sut import setup_determinism  # noqa: E402
+from recap_drivers.core import layers as layers_mod  # noqa: E402
+from recap_drivers.core.observe.masks import MaskObserver  # noqa: E402
+from recap_drivers.core.sut import setup_determinism  # noqa: E402
 
 
 def make_case(hidden, tokens, blocks, dropout):
@@ -79,7 +77,8 @@ def main():
     params = model.params
     x = torch.randn(c.tokens, c.hidden, device=dev)
     t = torch.randn(c.tokens, c.hidden, device=dev)
-    obs = observe.MaskObserver(dev)
+    obs = MaskObserver(dev)
+    layers_mod.attach_observer(model, obs)  # the model's dropout sites report to it (when started)
     plan = [((s.layer, s.op, 0, ps), s.numel) for s in case_mod.drop_sites(c) for ps in ("forward", "recompute")]
     obs.plan(plan)
 

@@ -1,4 +1,4 @@
-"""python3 -m recap_drivers --sut torch|megatron [--device cpu|cuda|auto] [--expect-version V]
+"""recap-driver (or python3 -m recap_drivers) --sut torch|megatron [--device cpu|cuda|auto] [--expect-version V]
 
 A recap.worker/1 worker: requests on stdin, replies on stdout (nothing else is ever written
 there), free text on stderr. See PROTOCOL.md.
@@ -9,14 +9,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any, Dict, List, Optional
+
+# Nothing here imports torch or a framework before the arguments are read: --help works without
+# them, and a worker imports only the framework it serves.
 
 SUTS = ("torch", "megatron")
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     # Before torch (and CUDA) initialize: deterministic cuBLAS needs a fixed workspace.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    ap = argparse.ArgumentParser(prog="python3 -m recap_drivers", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="recap-driver", description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--sut", required=True, choices=SUTS, help="system under test")
     ap.add_argument("--device", default="auto", choices=("cpu", "cuda", "auto"))
     ap.add_argument("--expect-version", default="",
@@ -24,43 +28,39 @@ def main(argv=None) -> int:
                          "(megatron: megatron-core's, exactly; torch: a prefix of torch.__version__)")
     args = ap.parse_args(argv)
 
-    from .protocol import guard_stdout
-    from .worker import serve
+    from .core.protocol import guard_stdout
+    from .core.worker import check_version, serve
 
     out = guard_stdout()
     inp = sys.stdin.buffer
-
-    from .worker import check_version
 
     problem = check_version(args.sut, args.expect_version)
     if problem:
         print(f"recap_drivers: {problem}", file=sys.stderr)
         return 2
-    # A framework mutant (mutants.py): named once, here; unset, nothing is imported or patched.
+    # A framework mutant (mutants/): named once, here; unset, nothing is imported or patched.
     from . import mutants
 
     mutant, problem = mutants.requested(args.sut)
     if problem:
         print(f"recap_drivers: {problem}", file=sys.stderr)
         return 2
-    if args.sut == "megatron":
-        def make():
-            from .megatron_sut import MegatronSUT
+    def make() -> Any:
+        if args.sut == "megatron":
+            from .frameworks.megatron.sut import MegatronSUT
 
             return MegatronSUT(args.device)
-    else:
-        def make():
-            from .torch_sut import TorchSUT
+        from .frameworks.torch.sut import TorchSUT
 
-            return TorchSUT(args.device)
+        return TorchSUT(args.device)
 
-    def factory():
+    def factory() -> Any:
         s = make()
         if mutant is not None:
             mutants.install(mutant)  # after the framework is imported, before the first case
         plain = s.hello
 
-        def hello():  # the hello lists this SUT's mutants and which this worker can fire
+        def hello() -> Dict[str, Any]:  # the hello lists this SUT's mutants and which this worker can fire
             h = plain()
             h["mutants"] = mutants.listing(args.sut, h.get("capabilities", {}), h.get("device", ""))
             return h
@@ -79,7 +79,12 @@ def main(argv=None) -> int:
             pass
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The console script recap-driver, as python3 -m recap_drivers runs."""
     code = main()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown (CUDA graphs, threads): the replies are flushed
+
+
+if __name__ == "__main__":
+    entry()

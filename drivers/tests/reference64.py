@@ -7,7 +7,7 @@ recap's fp64 reference takes them from the RNG ledger): mask(layer, op, microbat
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 import torch
 
@@ -117,8 +117,8 @@ class Ref:
         for v in self.p.values():
             v.grad = None
         M = len(inputs)
-        losses = [None] * M
-        grads = [None] * M
+        losses: List[Any] = [None] * M
+        grads: List[Any] = [None] * M
         f = b = 0
         for e in order:
             if e > 0:
@@ -132,5 +132,5 @@ class Ref:
                             for k, v in self.p.items()}
                 b += 1
         with torch.no_grad():
-            after = {k: v - lr * v.grad for k, v in self.p.items()}
+            after = {k: v - lr * v.grad for k, v in self.p.items()}  # type: ignore[operator]  # all have one
         return [l.item() for l in losses], grads, after

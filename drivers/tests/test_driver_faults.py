@@ -4,41 +4,15 @@ observation as documented, against a worker without the fault (torch, CPU)."""
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from client import Worker, random_frames  # noqa: E402
+from tests.helpers import HAVE_TORCH, Worker, make_case, random_frames
 
-try:
-    import torch  # noqa: F401
-
-    HAVE_TORCH = True
-except Exception:  # pragma: no cover
-    HAVE_TORCH = False
-
-CASE = {
-    "schema": "recap.case/1",
-    "name": "faults",
-    "hidden": 8,
-    "tokens": 4,
-    "layers": [
-        {"kind": "dropout", "dropout": 0.3, "checkpoint": "full"},
-        {"kind": "linear", "dropout": 0.0},
-        {"kind": "dropout", "dropout": 0.3, "checkpoint": "full"},
-    ],
-    "checkpoint_style": "reentrant",
-    "policy": "naive",
-    "executor": "eager",
-    "warmup": 1,
-    "replays": 2,
-    "microbatches": 2,
-    "generator": "graph-safe",
-    "warmup_backward": "grad-of-inputs",
-    "seeds": {"param": 1, "data": 2, "rng": 3},
-    "lr": 0.05,
-}
+CASE = make_case("faults", [
+    {"kind": "dropout", "dropout": 0.3, "checkpoint": "full"},
+    {"kind": "linear", "dropout": 0.0},
+    {"kind": "dropout", "dropout": 0.3, "checkpoint": "full"},
+], warmup_backward="grad-of-inputs")
 
 
 def no_checkpoint(case):

@@ -12,21 +12,13 @@ Written to $OUT/megatron_survey.json when OUT is set.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from client import Worker, random_frames  # noqa: E402
-from test_torch_gpu import check_graphs_observed, first_diff, mask_table, survey_entry  # noqa: E402
+from tests import helpers
+from tests.helpers import HAVE_CUDA, Worker, make_case, random_frames
 
-try:
-    import torch
-
-    HAVE_CUDA = torch.cuda.is_available()
-except Exception:  # pragma: no cover
-    HAVE_CUDA = False
 try:
     from importlib.metadata import version
 
@@ -34,30 +26,13 @@ try:
 except Exception:
     MCORE = ""
 
-STACK = {
-    "schema": "recap.case/1",
-    "name": "megatron-stack",
-    "hidden": 16,
-    "tokens": 8,
-    "layers": [
-        {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
-        {"kind": "mlp", "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
-        {"kind": "linear"},
-    ],
-    "checkpoint_style": "reentrant",
-    "policy": "naive",
-    "executor": "eager",
-    "warmup": 2,
-    "replays": 3,
-    "microbatches": 2,
-    "generator": "graph-safe",
-    "warmup_backward": "grad-of-inputs",
-    "shared_pool": True,
-    "seeds": {"param": 1, "data": 2, "rng": 3},
-    "lr": 0.05,
-}
+STACK = make_case("megatron-stack", [
+    {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+    {"kind": "mlp", "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+    {"kind": "linear"},
+], hidden=16, tokens=8, warmup=2, replays=3, warmup_backward="grad-of-inputs", shared_pool=True)
 
-SURVEY = []
+SURVEY: list = []
 
 
 def megatron_worker() -> Worker:
@@ -84,11 +59,7 @@ class MegatronGpuTest(unittest.TestCase):
         if out:
             with open(os.path.join(out, f"megatron_worker_stderr_{MCORE}.log"), "w") as f:
                 f.write("\n".join(cls.stderr_parts + [cls.w.stderr_text])[-400000:])
-        text = json.dumps({"hello": cls.hello, "survey": SURVEY}, indent=1)
-        if out:
-            with open(os.path.join(out, f"megatron_survey_{MCORE}.json"), "w") as f:
-                f.write(text)
-        sys.stderr.write(text[:30000] + "\n")
+        helpers.write_survey(f"megatron_survey_{MCORE}.json", cls.hello, SURVEY, 30000)
 
     def run_case(self, case, frames, **opts):
         type(self).rid += 1
@@ -103,8 +74,8 @@ class MegatronGpuTest(unittest.TestCase):
 
     def survey(self, what, case, frames, eager=None):
         h, f = self.run_case(case, frames)
-        entry = survey_entry(what, case, h, f, eager)
-        entry.update(fatal=h.get("fatal", False), phases=[s["phase"] for s in h["steps"]], masks=len(mask_table(h)))
+        entry = helpers.survey_entry(what, case, h, f, eager)
+        entry.update(fatal=h.get("fatal", False), phases=[s["phase"] for s in h["steps"]], masks=len(helpers.mask_table(h)))
         SURVEY.append(entry)
         return h, f
 
@@ -112,9 +83,9 @@ class MegatronGpuTest(unittest.TestCase):
         frames = random_frames(STACK, seed=3)
         eh, ef = self.survey("eager, no checkpoint", STACK, frames)
         self.assertEqual(eh["status"], "ok", eh["reason"])
-        self.assertGreater(len(mask_table(eh)), 0)
+        self.assertGreater(len(helpers.mask_table(eh)), 0)
         h2, f2 = self.run_case(STACK, frames)
-        self.assertEqual(first_diff(f2, ef), "", "two eager runs differ")
+        self.assertEqual(helpers.first_diff(f2, ef), "", "two eager runs differ")
         for what, case in {
             "per-layer": dict(STACK, executor="per-layer"),
             "full-iteration": dict(STACK, executor="full-iteration"),
@@ -122,11 +93,11 @@ class MegatronGpuTest(unittest.TestCase):
             with self.subTest(what):
                 h, f = self.survey(what + ", no checkpoint", case, frames, (eh, ef))
                 self.assertEqual(h["status"], "ok", h["reason"])
-                self.assertEqual(first_diff(f, ef), "", what)
-                self.assertEqual(mask_table(h), mask_table(eh), what)
+                self.assertEqual(helpers.first_diff(f, ef), "", what)
+                self.assertEqual(helpers.mask_table(h), helpers.mask_table(eh), what)
                 # every graphed layer (block0, mlp1, linear2) or the whole step captured, and
                 # replayed in every replay step (CudaGraphManager: counts per runner, not fixed here)
-                check_graphs_observed(self, h, case)
+                helpers.check_graphs_observed(self, h, case)
         self.assertEqual(eh["graphs"], {"captures": {}})
 
     def test_a2_per_layer_graphs_whatever_layer_0_is(self):
@@ -151,7 +122,7 @@ class MegatronGpuTest(unittest.TestCase):
         else:
             self.assertEqual(h["status"], "ok", h["reason"])
             self.assertEqual([s["phase"] for s in h["steps"]], ["warmup"] + ["replay"] * (len(h["steps"]) - 1))
-            check_graphs_observed(self, h, case)  # linear1 captured and replayed, linear0 never
+            helpers.check_graphs_observed(self, h, case)  # linear1 captured and replayed, linear0 never
             self.assertNotIn("linear0", h["graphs"]["captures"])
 
     def test_b_block_computes_recaps_block(self):

@@ -1,4 +1,4 @@
-"""Framework mutants (recap_drivers/mutants.py) on the CPU: each CPU-capable torch mutant installs
+"""Framework mutants (recap_drivers/mutants/) on the CPU: each CPU-capable torch mutant installs
 and changes what torch computes; with RECAP_FRAMEWORK_MUTANT unset nothing is patched; an unknown
 name stops the worker with exit 2 and one line. Patches are process-wide, so every probe runs in a
 subprocess of its own.
@@ -14,19 +14,9 @@ import subprocess
 import sys
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DRIVERS = os.path.dirname(HERE)
-sys.path.insert(0, DRIVERS)
-
-from recap_drivers import mutants  # noqa: E402
-from recap_drivers import protocol  # noqa: E402
-
-try:
-    import torch  # noqa: F401
-
-    HAVE_TORCH = True
-except ImportError:
-    HAVE_TORCH = False
+from recap_drivers import mutants
+from recap_drivers.core import protocol
+from tests.helpers import DRIVERS, HAVE_TORCH
 
 # What a checkpointed region computes, with and without a mutant: the masks of its forward and of
 # its recompute (a dropout layer records each call's mask), and the weight's gradient through
@@ -82,7 +72,7 @@ print(json.dumps(out))
 # patched: the hook is where the mutant is read, so this is what a worker has before its first case.
 STATE = r"""
 import io, json, os, sys
-from recap_drivers import protocol
+from recap_drivers.core import protocol
 from recap_drivers.__main__ import main
 msgs = protocol.encode_message({"op": "hello", "protocol": "recap.worker/1"}) + \
        protocol.encode_message({"op": "shutdown"})
@@ -165,6 +155,8 @@ class Table(unittest.TestCase):
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
 class CpuMutants(unittest.TestCase):
+    clean: dict
+
     @classmethod
     def setUpClass(cls):
         cls.clean = probe("")
@@ -340,6 +332,8 @@ def fake_mcore(name: str, drop: str = "") -> dict:
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
 class MegatronMutantsOnAStub(unittest.TestCase):
     """The megatron mutants' patches on recap's stand-in classes with megatron-core's names."""
+
+    clean: dict
 
     @classmethod
     def setUpClass(cls):

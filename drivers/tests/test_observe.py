@@ -1,24 +1,20 @@
-"""Unit tests of observe.py on the CPU: draws by index with their checkpoint flag, the frames that
+"""Unit tests of the observers (core/observe) on the CPU: draws by index with their checkpoint flag, the frames that
 make a draw checkpointed (torch's and megatron-core's, by code name and file), and the graph
 observer's wrappers on a fake graph class (no CUDA needed)."""
 
 from __future__ import annotations
 
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from recap_drivers.core.observe.graphs import GraphObserver
+from recap_drivers.frameworks.torch.graphs import mgc_label
+from tests.helpers import HAVE_TORCH
 
-try:
+if HAVE_TORCH:
     import torch
     import torch.nn.functional as F
 
-    HAVE_TORCH = True
-except Exception:  # pragma: no cover
-    HAVE_TORCH = False
-
-from recap_drivers import observe  # noqa: E402
+    from recap_drivers.core.observe.masks import MaskObserver
 
 
 def _compiled(src: str, filename: str) -> dict:
@@ -31,7 +27,7 @@ def _compiled(src: str, filename: str) -> dict:
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
 class DrawTest(unittest.TestCase):
     def setUp(self):
-        self.obs = observe.MaskObserver(torch.device("cpu"))
+        self.obs = MaskObserver(torch.device("cpu"))
         self.obs.plan([(("site", "dropout", 0, "forward"), 16), (("site", "dropout", 0, "recompute"), 16)])
         self.obs.start()
         self.obs.begin_step()
@@ -40,7 +36,7 @@ class DrawTest(unittest.TestCase):
         self.obs.stop()
 
     def drop(self, x):
-        with observe.site("site", "dropout"):
+        with self.obs.site("site", "dropout"):
             return F.dropout(x, 0.5, training=True)
 
     def test_two_draws_of_one_site_are_two_entries(self):
@@ -94,7 +90,7 @@ class DrawTest(unittest.TestCase):
 
 class FakeGraph:
     """Stands for torch.cuda.CUDAGraph: the observer wraps its class attributes."""
-    calls = []
+    calls: list = []
 
     def capture_end(self):
         if getattr(self, "fail", False):
@@ -108,9 +104,9 @@ class FakeGraph:
 class GraphObserverTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.go = observe.GraphObserver()
+        cls.go = GraphObserver()
         cls.go.install(FakeGraph)
-        observe.GraphObserver().install(FakeGraph)  # a second observer does not wrap again
+        GraphObserver().install(FakeGraph)  # a second observer does not wrap again
 
     def test_counts_by_label_and_calls_the_originals(self):
         go = self.go
@@ -170,7 +166,7 @@ class GraphObserverTest(unittest.TestCase):
             return f
 
         go = self.go
-        go.resolvers = [observe.mgc_label]
+        go.resolvers = [mgc_label]
         go.begin_run()
         fwd = [FakeGraph(), FakeGraph(), FakeGraph()]
         bwd = [FakeGraph(), FakeGraph(), FakeGraph()]

@@ -3,12 +3,9 @@ a fake torch._C with torch's use-count rule)."""
 
 from __future__ import annotations
 
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from recap_drivers.pool_uses import PoolUses  # noqa: E402
+from recap_drivers.frameworks.megatron.pool_uses import PoolUses
 
 
 class FakeC:

@@ -10,19 +10,10 @@ import struct
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from client import DRIVERS, Worker  # noqa: E402
-
-from recap_drivers import protocol  # noqa: E402
-from recap_drivers.protocol import Frame, FrameError, TruncatedError  # noqa: E402
-from recap_drivers.worker import serve  # noqa: E402
-
-try:
-    import torch  # noqa: F401
-
-    HAVE_TORCH = True
-except Exception:  # pragma: no cover
-    HAVE_TORCH = False
+from recap_drivers.core import protocol
+from recap_drivers.core.protocol import Frame, FrameError, TruncatedError
+from recap_drivers.core.worker import serve
+from tests.helpers import DRIVERS, HAVE_TORCH, Worker
 
 
 class FakeSUT:
@@ -185,7 +176,7 @@ class SubprocessProtocolTest(unittest.TestCase):
 
 class SameVersionTest(unittest.TestCase):
     def test_local_part_counts_only_when_both_have_one(self):
-        from recap_drivers.worker import same_version
+        from recap_drivers.core.worker import same_version
 
         self.assertTrue(same_version("2.11.0", "2.11.0+cu130"))  # metadata without, hello with
         self.assertTrue(same_version("2.11.0+cu130", "2.11.0"))

@@ -13,8 +13,8 @@ import subprocess
 import tempfile
 import unittest
 
-from tests import client
-from recap_drivers.observe import fnv1a64, FNV_OFFSET
+from recap_drivers.core.observe.digest import FNV_OFFSET, fnv1a64
+from tests import helpers as client
 
 RECAP = os.environ.get("RECAP_BIN")
 CORPUS = os.path.join(os.path.dirname(client.DRIVERS), "corpus")

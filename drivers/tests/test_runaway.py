@@ -1,4 +1,4 @@
-"""The observer's runaway-backward check (observe.RunawayBackward), on the CPU: a reentrant
+"""The observer's runaway-backward check (core.errors.RunawayBackward), on the CPU: a reentrant
 checkpoint whose function returns a parameter (as megatron-core's MLP returns its fc2 bias with
 skip_bias_add) rewires that parameter's grad_fn to the checkpoint node, and the backward re-enters
 that node without end (results/FINDINGS.md M7). The check must end such a backward with a named
@@ -6,22 +6,16 @@ error, and must not fire on a correct checkpointed step of the same size."""
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-try:
-    import torch
-
-    HAVE_TORCH = True
-except Exception:  # pragma: no cover
-    HAVE_TORCH = False
+from tests.helpers import HAVE_TORCH
 
 if HAVE_TORCH:
-    from recap_drivers import observe
+    import torch
+
+    from recap_drivers.core.errors import RunawayBackward
+    from recap_drivers.core.observe.masks import MaskObserver
 
     class Checkpoint(torch.autograd.Function):
         """torch.utils.checkpoint's reentrant scheme as megatron-core's CheckpointFunction writes it:
@@ -57,8 +51,8 @@ class RunawayBackwardTest(unittest.TestCase):
             y = torch.tanh(lin(x))
             return (y, bias) if returns_bias else (y, torch.zeros((), requires_grad=False))
 
-        obs = observe.MaskObserver("cpu")
-        observe.site_resolver = lambda: None  # the mode is pushed for the whole run, as for megatron
+        obs = MaskObserver("cpu")
+        obs.site_resolver = lambda: None  # the mode is pushed for the whole run, as for megatron
         try:
             obs.start()
             obs.begin_step()
@@ -70,7 +64,7 @@ class RunawayBackwardTest(unittest.TestCase):
             h.sum().backward()
         finally:
             obs.stop()
-            observe.site_resolver = None
+            obs.site_resolver = None
         return obs, lin
 
     def test_correct_checkpoint_does_not_fire(self):
@@ -87,7 +81,7 @@ class RunawayBackwardTest(unittest.TestCase):
             try:
                 self.step(returns_bias=True)
                 result["error"] = None
-            except observe.RunawayBackward as e:
+            except RunawayBackward as e:
                 result["error"] = e
             except Exception as e:  # pragma: no cover (a different error is a failure below)
                 result["error"] = e
@@ -96,7 +90,7 @@ class RunawayBackwardTest(unittest.TestCase):
         t.start()
         t.join(120)
         self.assertFalse(t.is_alive(), "the runaway backward was not stopped within 120 s")
-        self.assertIsInstance(result.get("error"), observe.RunawayBackward, repr(result.get("error")))
+        self.assertIsInstance(result.get("error"), RunawayBackward, repr(result.get("error")))
         self.assertIn("a backward that does not end", str(result["error"]))
 
 

@@ -12,38 +12,17 @@ import struct
 import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from client import Worker, random_frames  # noqa: E402
+from tests.helpers import HAVE_TORCH, Worker, make_case, random_frames
 
-try:
+if HAVE_TORCH:
     import torch
-
-    HAVE_TORCH = True
-except Exception:  # pragma: no cover
-    HAVE_TORCH = False
 
 DEVICE = os.environ.get("RECAP_DRIVER_DEVICE", "cpu")
 
-BASE = {
-    "schema": "recap.case/1",
-    "name": "driver-e2e",
-    "hidden": 8,
-    "tokens": 4,
-    "layers": [
-        {"kind": "block", "heads": 2, "ffn_hidden": 16, "dropout": 0.1, "checkpoint": "full"},
-        {"kind": "linear", "dropout": 0.0},
-    ],
-    "checkpoint_style": "reentrant",
-    "policy": "naive",
-    "executor": "eager",
-    "warmup": 1,
-    "replays": 2,
-    "microbatches": 2,
-    "microbatch_order": [1, 1, -1, -1],
-    "generator": "graph-safe",
-    "seeds": {"param": 1, "data": 2, "rng": 3},
-    "lr": 0.05,
-}
+BASE = make_case("driver-e2e", [
+    {"kind": "block", "heads": 2, "ffn_hidden": 16, "dropout": 0.1, "checkpoint": "full"},
+    {"kind": "linear", "dropout": 0.0},
+], microbatch_order=[1, 1, -1, -1])
 
 ALL_KINDS = dict(BASE, name="all-kinds", hidden=8, tokens=5, microbatches=2, microbatch_order=[1, -1, 1, -1],
                  layers=[
@@ -159,7 +138,8 @@ class TorchDriverTest(unittest.TestCase):
                     self.assertTrue(rec, "no recompute draw observed")
                     for m in s["masks"]:  # one draw per site and microbatch: index 0
                         self.assertEqual((m["index"], m["draws"]), (0, 1))
-                        self.assertEqual(m["checkpointed"], m["pass"] == "recompute" or (m["layer"], m["op"], m["microbatch"]) in rec)
+                        key = (m["layer"], m["op"], m["microbatch"])
+                        self.assertEqual(m["checkpointed"], m["pass"] == "recompute" or key in rec)
                     for k, d in rec.items():
                         self.assertEqual(d, fwd[k], f"{what}: recomputed mask {k} differs from its forward mask")
                     if what.startswith("full"):  # every draw of block0 is recomputed
@@ -170,7 +150,7 @@ class TorchDriverTest(unittest.TestCase):
                 self.assertFalse([m for s in ref_h["steps"] for m in s["masks"] if m["pass"] == "recompute"])
 
     def check_against_fp64(self, case, seed):
-        from reference64 import Ref
+        from tests.reference64 import Ref
 
         frames = random_frames(case, seed=seed)
         h, f = self.run_case(case, frames, mask_frames=True)
@@ -315,8 +295,7 @@ class TorchDriverTest(unittest.TestCase):
 
 class DigestTest(unittest.TestCase):
     def test_digest_definition(self):
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from recap_drivers import observe
+        from recap_drivers.core.observe import digest as observe
 
         # 32 kept elements: one word 0xffffffff -> bytes ff ff ff ff
         self.assertEqual(observe.mask_digest(bytes([1] * 32)), "%016x" % observe.fnv1a64(b"\xff\xff\xff\xff"))
@@ -334,7 +313,7 @@ class DigestTest(unittest.TestCase):
             for n in (1, 7, 8, 31, 32, 33, 100, 1000):
                 kept = bytes(rnd.randint(0, 1) for _ in range(n))
                 t = torch.tensor(list(kept), dtype=torch.uint8)
-                self.assertEqual(observe._pack_bits_torch(t), observe.pack_mask_bits(kept), n)
+                self.assertEqual(observe.pack_bits_torch(t), observe.pack_mask_bits(kept), n)
 
 
 if __name__ == "__main__":

@@ -12,46 +12,29 @@ equality to eager and their recompute masks. Written to $OUT/gpu_survey.json whe
 from __future__ import annotations
 
 import copy
-import json
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from client import Worker, random_frames  # noqa: E402
+from tests.helpers import (
+    HAVE_CUDA,
+    Worker,
+    check_graphs_observed,
+    first_diff,
+    make_case,
+    mask_table,
+    random_frames,
+    recompute_mismatches,
+    survey_entry,
+    write_survey,
+)
 
-try:
-    import torch
+STACK = make_case("gpu-stack", [
+    {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+    {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
+    {"kind": "linear"},
+], hidden=16, tokens=8, warmup=2, replays=3, microbatch_order=[1, -1, 1, -1], warmup_backward="grad-of-inputs",
+    shared_pool=True)
 
-    HAVE_CUDA = torch.cuda.is_available()
-except Exception:  # pragma: no cover
-    HAVE_CUDA = False
-
-STACK = {
-    "schema": "recap.case/1",
-    "name": "gpu-stack",
-    "hidden": 16,
-    "tokens": 8,
-    "layers": [
-        {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
-        {"kind": "block", "heads": 2, "ffn_hidden": 32, "dropout": 0.1, "checkpoint": "none"},
-        {"kind": "linear"},
-    ],
-    "checkpoint_style": "reentrant",
-    "policy": "naive",
-    "executor": "eager",
-    "warmup": 2,
-    "replays": 3,
-    "microbatches": 2,
-    "microbatch_order": [1, -1, 1, -1],
-    "generator": "graph-safe",
-    "warmup_backward": "grad-of-inputs",
-    "shared_pool": True,
-    "seeds": {"param": 1, "data": 2, "rng": 3},
-    "lr": 0.05,
-}
-
-SURVEY = []
+SURVEY: list = []
 
 
 def with_ckpt(case, how, style="reentrant", layers=(0, 1)):
@@ -64,70 +47,6 @@ def with_ckpt(case, how, style="reentrant", layers=(0, 1)):
         else:
             c["layers"][i]["checkpoint"] = how
     return c
-
-
-def mask_table(h):
-    return {(s["step"], m["layer"], m["op"], m["microbatch"], m["pass"]): m["digest"]
-            for s in h["steps"] for m in s["masks"]}
-
-
-def recompute_mismatches(h):
-    t = mask_table(h)
-    bad = []
-    for (s, l, op, mb, ps), d in t.items():
-        if ps == "recompute" and t.get((s, l, op, mb, "forward")) != d:
-            bad.append(f"step {s} {l} mb {mb}")
-    return bad
-
-
-def graphed_labels(case) -> set:
-    """The graph labels a graphed case must show: every graphed layer's (per-layer), "iteration"."""
-    if case["executor"] == "full-iteration":
-        return {"iteration"}
-    if case["executor"] != "per-layer":
-        return set()
-    return {f"{l['kind']}{i}" for i, l in enumerate(case["layers"]) if l.get("graphed", True)}
-
-
-def check_graphs_observed(test, h, case, per_label=None):
-    """Every graphed layer (or the whole step) was captured and every replay step replayed it, from
-    the observation's own fields (not from the phase labels); per_label: the exact count of
-    captures and of replays per replay step of each label, when the executor fixes it."""
-    want = graphed_labels(case)
-    caps = h["graphs"]["captures"]
-    test.assertEqual(set(caps), want, f"captures {caps}")
-    for s in h["steps"]:
-        if s["phase"] == "replay":
-            test.assertEqual(set(s["replays"]), want, f"step {s['step']}: replays {s['replays']}")
-        else:
-            test.assertEqual(s["replays"], {}, f"step {s['step']} ({s['phase']})")
-    if per_label is not None:
-        test.assertEqual(caps, {k: per_label for k in want})
-        for s in h["steps"]:
-            if s["phase"] == "replay":
-                test.assertEqual(s["replays"], {k: per_label for k in want}, f"step {s['step']}")
-
-
-def survey_entry(what, case, h, f, eager=None) -> dict:
-    """One survey line: what the run said, and how it compares with an eager run (h, frames)."""
-    entry = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
-             "failure": h.get("failure"), "memory": h["memory"], "graphs": h.get("graphs"),
-             "replays": [s.get("replays") for s in h["steps"]],
-             "recompute_mismatches": recompute_mismatches(h)[:6]}
-    if eager is not None and h["status"] == "ok":
-        eh, ef = eager
-        entry["first_diff_vs_eager"] = first_diff(f, ef)
-        entry["losses_equal_eager"] = [s["losses"] for s in h["steps"]] == [s["losses"] for s in eh["steps"]]
-        mt, et = mask_table(h), mask_table(eh)
-        entry["forward_masks_equal_eager"] = all(mt.get(k) == v for k, v in et.items() if k[4] == "forward")
-    return entry
-
-
-def first_diff(fa, fb):
-    for name in sorted(fb):
-        if name not in fa or fa[name].data != fb[name].data:
-            return name
-    return ""
 
 
 @unittest.skipUnless(HAVE_CUDA, "no CUDA device")
@@ -145,12 +64,7 @@ class GpuTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.w.send({"op": "shutdown"})
         cls.w.close()
-        out = os.environ.get("OUT")
-        text = json.dumps({"hello": cls.hello, "survey": SURVEY}, indent=1)
-        if out:
-            with open(os.path.join(out, "gpu_survey.json"), "w") as f:
-                f.write(text)
-        sys.stderr.write(text[:20000] + "\n")
+        write_survey("gpu_survey.json", cls.hello, SURVEY, 20000)
 
     def run_case(self, case, frames, **opts):
         type(self).rid += 1

@@ -5,7 +5,7 @@
 // written to --corpus-dir with the fault in the case, so `recap replay FILE` reproduces it.
 // Exit 0 every fault killed, 1 one survived or a baseline failed, 2 bad usage.
 //
-// With --sut torch|megatron[@V] the mutants are the framework's (drivers/recap_drivers/mutants.py,
+// With --sut torch|megatron[@V] the mutants are the framework's (drivers/recap_drivers/mutants/,
 // listed by the driver's hello): one campaign per mutant in a worker started with
 // RECAP_FRAMEWORK_MUTANT=<name>, after a clean baseline in a worker without one. A mutant the worker
 // cannot fire (a graph mutant on the CPU) is "not exercised", never killed nor survived.
@@ -314,7 +314,7 @@ void name_mutant_in_file(const std::string& path, const std::string& mutant) {
   Json j;
   if (std::string err = read_json_file(path, &j); !err.empty()) throw UsageError("--corpus-dir: " + err);
   j["sut"]["framework_mutant"] = mutant;
-  j["description"] = "recap mutants: the framework mutant " + mutant + " (drivers/recap_drivers/mutants.py) killed by " +
+  j["description"] = "recap mutants: the framework mutant " + mutant + " (drivers/recap_drivers/mutants/) killed by " +
                      j["expected"].value("property", std::string("?")) + ". Replays with the mutant installed (sut.framework_mutant). " +
                      j.value("description", std::string());
   std::string err;
@@ -473,7 +473,7 @@ void add_mutants_command(CLI::App& app, Runner* runner) {
   add_sut_options(*cmd, &a->sut);
   cmd->get_option("--sut")->description(
       "recap (default; recap-worker: in a worker process) runs recap's own fault points; torch[@VERSION] or "
-      "megatron[@VERSION] the framework's mutants (drivers/recap_drivers/mutants.py, docs/faults.md), each in a "
+      "megatron[@VERSION] the framework's mutants (drivers/recap_drivers/mutants/, docs/faults.md), each in a "
       "worker started with RECAP_FRAMEWORK_MUTANT=<name>");
   cmd->add_option("--mutant", a->mutants, "Only these framework mutants (repeatable; --sut torch|megatron); all when absent");
   cmd->add_option("--known-findings", a->known_findings,

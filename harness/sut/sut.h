@@ -36,7 +36,7 @@ struct SutInfo {
   std::string version;  // "0.1.0", torch.__version__, megatron-core's version
   std::string device;   // "sim", "NVIDIA H200", "cpu"
   Json capabilities;    // the hello's object (capabilities.h reads it)
-  Json mutants = Json();  // the hello's "mutants" (framework drivers: drivers/recap_drivers/mutants.py); null: none
+  Json mutants = Json();  // the hello's "mutants" (framework drivers: drivers/recap_drivers/mutants/); null: none
 };
 
 // A system could not run the case as specified (a worker's status "skipped"): its one-line reason.

@@ -583,7 +583,7 @@ sut_torch_eager)
   grep -q "training          passed" bad.txt || fail "a wrong mask frame of step 0: training should pass"
   ;;
 mutants_framework_torch_cpu)
-  # Framework mutants (drivers/recap_drivers/mutants.py) on the CPU: every CPU-capable torch mutant
+  # Framework mutants (drivers/recap_drivers/mutants/) on the CPU: every CPU-capable torch mutant
   # is killed by a fixed-seed campaign after a clean baseline, every other one is "not exercised"
   # with its reason (never killed nor survived); each kill is written with its mutant, replays with
   # it installed, and passes without it (the mutant, not the case, is what fails). An unknown

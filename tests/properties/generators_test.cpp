@@ -97,7 +97,7 @@ TEST(Generators, ShrinksTowardTheSmallestCase) {
 }
 
 
-// torch's hello (drivers/recap_drivers/torch_sut.py, capabilities()) on a GPU and on a CPU.
+// torch's hello (drivers/recap_drivers/frameworks/torch/sut.py, capabilities()) on a GPU and on a CPU.
 sut::Capabilities torch_capabilities(bool gpu) {
   Json j = Json::parse(R"({"kinds":["linear","layernorm","rmsnorm","gelu","swiglu","dropout","attention","mlp","block"],
     "dtype":["fp32","bf16"],"executor":["eager","per-layer","full-iteration"],"checkpoint":["none","full","selective"],
@@ -182,7 +182,7 @@ TEST(Generators, DrawOnlyWhatTheSystemUnderTestRuns) {
   }
 }
 
-// megatron's hello (drivers/recap_drivers/megatron_sut.py, capabilities()): one policy, reentrant
+// megatron's hello (drivers/recap_drivers/frameworks/megatron/sut.py, capabilities()): one policy, reentrant
 // checkpoints, a shared pool and the default microbatch order only, per-layer graphs with the
 // graph-safe generator and a grad-of-inputs warmup.
 TEST(Generators, DrawOnlyWhatMegatronRuns) {

@@ -29,7 +29,7 @@ TEST(Capabilities, RecapsOwnListEveryValueButNonReentrant) {
 }
 
 TEST(Capabilities, TorchsHelloIsReadInRecapsOrder) {
-  // As drivers/recap_drivers/torch_sut.py sends it on a GPU (values in another order on purpose).
+  // As drivers/recap_drivers/frameworks/torch/sut.py sends it on a GPU (values in another order on purpose).
   Json j = Json::parse(R"({"kinds":["block","linear"],"dtype":["bf16","fp32"],
     "executor":["eager","per-layer","full-iteration"],"checkpoint":["none","full","selective"],
     "checkpoint_style":["non-reentrant","reentrant"],"policy":["naive"],"generator":["graph-safe"],

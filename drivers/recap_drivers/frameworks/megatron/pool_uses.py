@@ -15,7 +15,7 @@ them back after each case, when no graph of the case can run any more.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Tuple
+from typing import Any, Tuple
 
 
 class PoolUses:
@@ -23,9 +23,10 @@ class PoolUses:
 
     def __init__(self, c_module: Any):
         self.c = c_module
-        self.begin: Callable = getattr(c_module, "_cuda_beginAllocateCurrentThreadToPool", None)
-        self.release: Callable = getattr(c_module, "_cuda_releasePool", None)
-        self.open = collections.Counter()  # (device, pool id) -> uses begun and not released
+        self.begin: Any = getattr(c_module, "_cuda_beginAllocateCurrentThreadToPool", None)
+        self.release: Any = getattr(c_module, "_cuda_releasePool", None)
+        self.open: "collections.Counter[Tuple[int, Tuple[int, ...]]]" = collections.Counter()
+        # (device, pool id) -> uses begun and not released
         self.installed = self.begin is not None and self.release is not None
         if self.installed:
             c_module._cuda_beginAllocateCurrentThreadToPool = self._begin

@@ -22,20 +22,23 @@ Paths are recap's: top-level layer i is "<kind><i>"; children are "<parent>.<chi
 ("block0.attn.core", "block0.mlp.dropout"). Sub-modules pass through `wrap(module, role)` with
 recap's roles ("attn_core", "mlp", "norm"; "block" for a top-level layer), which applies the case's
 checkpoint flags with torch.utils.checkpoint.checkpoint.
+
+The run's observer (core.observe.masks.MaskObserver) is attached to a built model with
+attach_observer: a dropout opens its site on it and a top-level layer records its position there.
+A model with none attached draws unobserved.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import case as case_mod
-from . import observe
+from .. import case as case_mod
 
 NORM_EPS = 1e-5
 
@@ -46,7 +49,29 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-class RecapModule(nn.Module):
+class Observed:
+    """A module that reports to the run's observer (attach_observer sets it; None: no run)."""
+
+    observer: Any = None
+
+    def observed_site(self, path: str, op: str) -> ContextManager[None]:
+        obs = self.observer
+        return obs.site(path, op) if obs is not None else contextlib.nullcontext()
+
+    def enter_layer(self, path: str) -> None:
+        """Called by a top-level layer's forward (also when it is recomputed inside backward)."""
+        if self.observer is not None:
+            self.observer.position.enter_layer(path)
+
+
+def attach_observer(model: nn.Module, observer: Any) -> None:
+    """The run's observer, to every module of `model` that reports to one."""
+    for m in model.modules():
+        if isinstance(m, Observed):
+            m.observer = observer
+
+
+class RecapModule(Observed, nn.Module):
     """A module with a recap path. `top` is the index of its top-level layer."""
 
     def __init__(self, path: str, top: int):
@@ -114,7 +139,7 @@ class Dropout(RecapModule):
     def forward(self, x):
         if self.p == 0.0:  # recap: no draw; torch's dropout with p = 0 returns its input too
             return x
-        with observe.site(self.recap_path, self.op):
+        with self.observed_site(self.recap_path, self.op):
             return F.dropout(x, self.p, training=True)
 
 
@@ -139,7 +164,7 @@ class AttentionCore(RecapModule):
         s = s.masked_fill(causal, float("-inf"))
         P = torch.softmax(s, dim=-1)
         if self.p > 0.0:
-            with self.rng_context(), observe.site(self.recap_path, "attn_dropout"):
+            with self.rng_context(), self.observed_site(self.recap_path, "attn_dropout"):
                 P = F.dropout(P, self.p, training=True)
         out = torch.matmul(P, v)  # [heads, T, dh]
         return out.transpose(0, 1).reshape(T, H)
@@ -213,7 +238,7 @@ class Checkpoint(nn.Module):
                                                  preserve_rng_state=True)
 
 
-class TopLevel(nn.Module):
+class TopLevel(Observed, nn.Module):
     """A top-level layer: records the position (for failure reports) and calls its module."""
 
     def __init__(self, inner: nn.Module, name: str, index: int):
@@ -226,7 +251,7 @@ class TopLevel(nn.Module):
         return recap_params_of(self.inner)
 
     def forward(self, x):
-        observe.position.enter_layer(self.recap_path)
+        self.enter_layer(self.recap_path)
         return self.inner(x)
 
 
@@ -238,16 +263,19 @@ def recap_params_of(m: nn.Module) -> List[Tuple[str, nn.Parameter]]:
 WrapFn = Callable[[nn.Module, str], nn.Module]
 
 
-def make_wrap(c: case_mod.Case, layer_index: int) -> WrapFn:
-    """The case's checkpoint flags for top-level layer `layer_index` as a WrapFn."""
+def make_wrap(c: case_mod.Case, layer_index: int,
+              checkpoint: Optional[Callable[[nn.Module], nn.Module]] = None) -> WrapFn:
+    """The case's checkpoint flags for top-level layer `layer_index` as a WrapFn; `checkpoint`
+    wraps a module that is checkpointed (default: torch.utils.checkpoint, the case's style)."""
     l = c.layers[layer_index]
     use_reentrant = c.checkpoint_style == "reentrant"
+    ckpt = checkpoint or (lambda m: Checkpoint(m, use_reentrant))
 
     def wrap(m: nn.Module, role: str) -> nn.Module:
         if l.checkpoint == "full" and role == "block":
-            return Checkpoint(m, use_reentrant)
+            return ckpt(m)
         if l.checkpoint == "selective" and role in l.checkpoint_modules:
-            return Checkpoint(m, use_reentrant)
+            return ckpt(m)
         return m
 
     return wrap
@@ -260,6 +288,7 @@ def build_layer(c: case_mod.Case, i: int, device, wrap: Optional[WrapFn] = None)
     name = f"{l.kind}{i}"
     w = wrap or (lambda m, role: m)
     k = l.kind
+    m: nn.Module
     if k == "linear":
         m = Linear(name, i, h, h, True, dt, device)
     elif k in ("layernorm", "rmsnorm"):

@@ -1,8 +1,8 @@
 """The recap.worker/1 request loop, shared by every SUT.
 
 A SUT object provides hello() -> dict (sut, version, device, capabilities) and
-run(header, frames) -> (reply header, reply frames); it raises RequestError (any exception with a
-one-line message) for a request it cannot serve. Exit codes: 0 shutdown or EOF, 2 protocol
+run(header, frames) -> (reply header, reply frames); it raises errors.RequestError (or
+case.CaseError), with a one-line message, for a request it cannot serve. Exit codes: 0 shutdown or EOF, 2 protocol
 mismatch, truncated input or a SUT that is not available, 3 the device became unusable (a sticky
 CUDA error) after the reply that reported it.
 """
@@ -14,7 +14,8 @@ import sys
 import traceback
 from typing import Any, BinaryIO, Callable, Optional
 
-from . import PROTOCOL
+from .. import PROTOCOL
+from .errors import REFUSALS
 from .protocol import FrameError, TruncatedError, error_message, read_message, write_message
 
 
@@ -81,13 +82,12 @@ def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log=sys.
                 continue
             try:
                 reply, out_frames = s.run(header, frames)
-            except Exception as e:  # RequestError, or a driver bug: answer and keep serving
-                kind = type(e).__name__
-                if kind not in ("RequestError", "CaseError"):
-                    traceback.print_exc(file=log)
-                    text = f"internal error: {kind}: {e}"
-                else:
-                    text = str(e)
+            except REFUSALS as e:  # a request this SUT cannot serve: its one line
+                write_message(out, error_message(str(e), rid))
+                continue
+            except Exception as e:  # a driver bug: answer and keep serving
+                traceback.print_exc(file=log)
+                text = f"internal error: {type(e).__name__}: {e}"
                 write_message(out, error_message(text, rid))
                 continue
             if getattr(s, "retire", False):  # its memory grew: the client replaces it (PROTOCOL.md)

@@ -1,0 +1,103 @@
+"""The CUDA graphs a run captures and replays, counted by label (GraphObserver), and the bytes
+graph pools hold. Imports torch only
+when used: the counting works on any graph class (tests use a fake one)."""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+
+class GraphObserver:
+    """Counts the CUDA graphs a run captures and replays, by label. torch.cuda.CUDAGraph's
+    capture_end and replay are replaced, at class level and once per process, by wrappers that
+    call the originals unchanged and then count (a capture_end that raises is no capture).
+    Labels: the first of `resolvers` (functions of the graph, reading the Python stack) that names
+    one, else `label` (the driver sets "iteration" around a whole-step capture), else "?". A
+    replay counts under its graph's label only when that graph was captured in this run (graphs
+    of other cases are unknown: begin_run forgets every label)."""
+
+    _MARK = "_recap_graph_observer"
+
+    def __init__(self) -> None:
+        self.active = False
+        self.label = ""
+        self.resolvers: List = []
+        self.captures: Dict[str, int] = {}
+        self.replays: Dict[str, int] = {}  # since the last take_replays()
+        self._labels: Dict[int, str] = {}  # id(graph) -> label, graphs captured in this run
+
+    def install(self, cls=None):
+        if cls is None:
+            import torch
+
+            cls = torch.cuda.CUDAGraph
+        if cls.__dict__.get(self._MARK) is not None:
+            return
+        end, replay = cls.capture_end, cls.replay
+        obs = self
+
+        def capture_end(graph, *args, **kwargs):
+            r = end(graph, *args, **kwargs)
+            obs._captured(graph)
+            return r
+
+        def replay_(graph, *args, **kwargs):
+            r = replay(graph, *args, **kwargs)
+            obs._replayed(graph)
+            return r
+
+        capture_end.__wrapped__, replay_.__wrapped__ = end, replay
+        cls.capture_end, cls.replay = capture_end, replay_
+        setattr(cls, self._MARK, self)
+
+    def begin_run(self):
+        self.active = True
+        self.label = ""
+        self.captures, self.replays, self._labels = {}, {}, {}
+
+    def end_run(self):
+        self.active = False
+        self.label = ""
+        self._labels = {}
+
+    def take_replays(self) -> Dict[str, int]:
+        out, self.replays = self.replays, {}
+        return out
+
+    def _captured(self, graph):
+        if not self.active:
+            return
+        label = None
+        for r in self.resolvers:
+            try:
+                label = r(graph)
+            except Exception:
+                label = None
+            if label:
+                break
+        label = label or self.label or "?"
+        self.captures[label] = self.captures.get(label, 0) + 1
+        self._labels[id(graph)] = label
+
+    def _replayed(self, graph):
+        label = self._labels.get(id(graph)) if self.active else None
+        if label is not None:
+            self.replays[label] = self.replays.get(label, 0) + 1
+
+
+def pool_bytes() -> int:
+    """Bytes of segments the caching allocator holds in private (graph) pools."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    try:
+        segs = torch.cuda.memory_snapshot()
+    except Exception:
+        return 0
+    total = 0
+    for s in segs:
+        pid = s.get("segment_pool_id", (0, 0))
+        if tuple(pid) != (0, 0):
+            total += int(s.get("total_size", 0))
+    return total

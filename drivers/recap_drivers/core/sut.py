@@ -1,0 +1,224 @@
+"""The SUT base: what every framework's SUT does the same way. It sets the device up
+(determinism, cuBLAS workspaces, a memory cap), serves a run request (the case, its frames, the
+skip policy, the determinism check, the reply) and cleans up between cases (leaks.py). A
+framework's SUT (frameworks/) says what it can run (capabilities, why_skipped), which runner runs
+a case (make_runner) and what it resets between cases (between_cases).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from typing import Any, Dict, List, Tuple
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA initializes
+
+import torch  # noqa: E402
+
+from .. import case as case_mod  # noqa: E402
+from . import replies  # noqa: E402
+from .errors import BuildFailure, RequestError, SkipCase  # noqa: E402
+from .leaks import collect_between_cases, leak_report, memory_trace, release_stray_graphs  # noqa: E402
+from .observe.graphs import GraphObserver  # noqa: E402
+from .protocol import Frame  # noqa: E402
+from .records import RunData, RunRecord, build_failure_record, first_difference, read_run_data  # noqa: E402
+from .runner import Runner  # noqa: E402
+
+
+def device_state_model() -> str:
+    """torch <= 2.11 keeps one device (seed, offset) pair per generator state for all graphs
+    (recap's "shared"); later versions key them by capture (CUDAGeneratorCaptureState)."""
+    try:
+        h = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "cuda", "CUDAGeneratorImpl.h")
+        with open(h, "r", encoding="utf-8", errors="replace") as fh:
+            return "per-capture" if "CUDAGeneratorCaptureState" in fh.read() else "shared"
+    except OSError:
+        pass
+    v = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    if v and (int(v.group(1)), int(v.group(2))) <= (2, 11):
+        return "shared"
+    return "per-capture"
+
+
+def setup_determinism() -> None:
+    torch.use_deterministic_algorithms(True)
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    except Exception:
+        pass
+    try:
+        torch.set_float32_matmul_precision("highest")
+    except Exception:
+        pass
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def default_order(c: case_mod.Case) -> List[int]:
+    """Each microbatch's forward then its backward: [1, -1] per microbatch."""
+    order: List[int] = []
+    for _ in range(c.microbatches):
+        order += [1, -1]
+    return order
+
+
+class SUT:
+    name = ""
+
+    def __init__(self, device: str = "auto"):
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("--device cuda: torch.cuda.is_available() is false")
+        self.device = torch.device(device)
+        setup_determinism()
+        self.graphs = self.device.type == "cuda"
+        self.device_state = device_state_model()
+        self.side_stream = torch.cuda.Stream(self.device) if self.graphs else None
+        # the runs' graph observer: its wrappers are class-level, installed once per process
+        self.graph_observer = GraphObserver()
+        if self.graphs:
+            self._prime_cublas()
+            # Campaigns run many workers on one GPU: a cap keeps one that leaks from starving the
+            # others (its own cases then fail with an out-of-memory error that names it).
+            frac = os.environ.get("RECAP_CUDA_MEMORY_FRACTION", "")
+            if frac:
+                torch.cuda.set_per_process_memory_fraction(float(frac))  # the current device
+        # bytes the allocator holds before any case: what is held above it after one is reported
+        self.base_allocated = torch.cuda.memory_allocated(self.device) if self.graphs else 0
+        self.base_reserved = torch.cuda.memory_reserved(self.device) if self.graphs else 0
+        self.retire = False  # worker.serve adds `retire` to the reply and the client replaces us
+        self.retire_bytes = int(os.environ.get("RECAP_WORKER_RETIRE_MIB", "1024")) << 20  # 0: never
+        if self.graphs and os.environ.get("RECAP_LEAK_REPORT"):
+            torch.cuda.memory._record_memory_history(max_entries=200000)
+
+    # -- what a framework's SUT says --
+
+    def capabilities(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def why_skipped(self, c: case_mod.Case) -> str:
+        """"" when the case runs here, else one line: the dimension and why it cannot run."""
+        raise NotImplementedError
+
+    def make_runner(self, c: case_mod.Case, data: RunData) -> Runner:
+        """The runner of one execution; it may raise SkipCase or BuildFailure while building."""
+        raise NotImplementedError
+
+    def between_cases(self) -> None:
+        """The framework's own state cleared after a case (nothing here)."""
+
+    def sut_version(self) -> str:
+        return str(torch.__version__)
+
+    def hello(self) -> Dict[str, Any]:
+        return {"sut": self.name, "version": self.sut_version(), "device": self.device_name(),
+                "capabilities": self.capabilities()}
+
+    # -- the device --
+
+    def _prime_cublas(self) -> None:
+        """cuBLAS allocates a workspace per (handle, stream) on its first GEMM there: make ours
+        now, so an eager step never allocates one (the observer reads the allocator around GEMMs
+        only while graphs are built, whose captures make their own)."""
+        for st in (torch.cuda.current_stream(self.device), self.side_stream):
+            with torch.cuda.stream(st):
+                for dt in (torch.float32, torch.bfloat16):
+                    a = torch.ones(64, 64, device=self.device, dtype=dt, requires_grad=True)
+                    (a @ a).sum().backward()
+                    torch.bmm(a.detach()[None], a.detach()[None])
+        torch.cuda.synchronize(self.device)
+
+    def _clear_cublas_workspaces(self) -> None:
+        """torch caches a cuBLAS workspace (32 MiB under CUBLAS_WORKSPACE_CONFIG=:4096:8) per
+        (handle, stream) and never frees it; make_graphed_callables warms up on a new stream per
+        call and Megatron captures on new streams, so every case left 32 MiB more allocated, up
+        to out-of-memory errors in later cases (results/h200/2026-12-01-sut-campaigns). torch's
+        own leak checks and cudagraph trees clear them the same way (common_utils.py,
+        cudagraph_trees.py). Between cases no graph is alive; ours are made again."""
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+            self._prime_cublas()
+
+    def device_name(self) -> str:
+        if self.device.type == "cuda":
+            return str(torch.cuda.get_device_name(self.device))
+        return "cpu"
+
+    # -- a run request --
+
+    def run(self, request: Dict[str, Any], frames: List[Frame]) -> Tuple[Dict[str, Any], List[Frame]]:
+        rid = request.get("id")
+        if "case" not in request:
+            raise RequestError("run: missing 'case'")
+        try:
+            c = case_mod.parse_case(request["case"], extension_styles=case_mod.EXTENSION_STYLES)
+        except case_mod.CaseError as e:
+            raise RequestError(f"case: {e}") from None
+        data = read_run_data(c, frames)
+        mask_frames = bool(request.get("mask_frames", False))
+        names = [p.name for p in case_mod.param_infos(c)]
+        reason = self.why_skipped(c)
+        if reason:
+            return replies.skipped(rid, names, reason, 0.0)
+        t0 = time.perf_counter()
+        try:
+            first = None
+            if request.get("determinism_check", False):
+                ec = c.with_executor("eager")
+                r1 = self.execute(ec, data)
+                if r1.fatal:
+                    return replies.observation(rid, r1, "failed", mask_frames, t0)
+                r2 = self.execute(ec, data)
+                diff = first_difference(r1, r2)
+                if diff:
+                    return replies.skipped(rid, names, f"nondeterministic: {diff}", (time.perf_counter() - t0) * 1e3)
+                if c.executor == "eager":
+                    first = r1
+            rec = first if first is not None else self.execute(c, data)
+        except SkipCase as e:
+            return replies.skipped(rid, names, str(e), (time.perf_counter() - t0) * 1e3)
+        return replies.observation(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
+
+    def execute(self, c: case_mod.Case, data: RunData) -> RunRecord:
+        runner = None
+        try:
+            try:
+                runner = self.make_runner(c, data)
+            except BuildFailure as e:
+                return build_failure_record(c, e)
+            return runner.run()
+        finally:
+            del runner
+            self.between_cases()
+            self.after_case(c)
+
+    def after_case(self, c: case_mod.Case) -> None:
+        """Frees what the case left and says on stderr when memory stays held (a leak)."""
+        collect_between_cases()
+        if self.device.type == "cuda":
+            try:
+                torch.cuda.synchronize()
+                self._clear_cublas_workspaces()
+                trace = bool(os.environ.get("RECAP_MEMORY_TRACE"))
+                stray = release_stray_graphs(trace)
+                torch.cuda.empty_cache()
+                # a graph's pool keeps its segments reserved with nothing allocated in them: judge both
+                held = max(torch.cuda.memory_allocated(self.device) - self.base_allocated,
+                           torch.cuda.memory_reserved(self.device) - self.base_reserved)
+                if held > (64 << 20):  # a leak across cases: on stderr, the campaign log keeps it
+                    print(f"recap_drivers: {held >> 20} MiB still allocated or reserved after case {c.name!r}",
+                          file=sys.stderr, flush=True)
+                    leak_report(held)
+                self.retire = self.retire or (self.retire_bytes > 0 and held > self.retire_bytes)
+                if trace:
+                    memory_trace(self.device, c.name, held, stray)
+                    torch.cuda.reset_peak_memory_stats(self.device)  # the next line's peak is its case's
+            except Exception as e:  # never silent: a failing check here hid a leak once
+                print(f"recap_drivers: after case {c.name!r}: {type(e).__name__}: {e}"[:300],
+                      file=sys.stderr, flush=True)
+                self.retire = True  # the process's state is unknown: start a fresh one

@@ -1,0 +1,145 @@
+"""Where Megatron draws and captures, read without changing its code: the recap site of a
+dropout drawn inside Megatron (resolve_site), where a failure inside its graph creation happened
+(locate_in_megatron_graphs), the bytes its forward graph captures keep (CaptureSpans), and the
+RNG states it uses (rng_values, restore_rng_values)."""
+
+from __future__ import annotations
+
+import sys
+from types import FrameType
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+from ...core.tracebacks import graph_lines
+
+_FRAME_SITES = {"_forward_attention": ".drop1", "_forward_mlp": ".mlp.dropout"}
+
+
+def resolve_site() -> Optional[Tuple[str, str]]:
+    """The recap site of a dropout drawn inside Megatron's code, read from the Python stack: the
+    core attention module (tagged with recap_site), or bias_dropout_add called from
+    TransformerLayer._forward_attention / _forward_mlp."""
+    f: Optional[FrameType] = sys._getframe(2)
+    while f is not None:
+        slf = f.f_locals.get("self")
+        site = getattr(slf, "recap_site", None)
+        if site is not None:
+            return site
+        suffix = _FRAME_SITES.get(f.f_code.co_name)
+        if suffix is not None:
+            layer = getattr(slf, "recap_layer", None)
+            if layer:
+                return (layer + suffix, "dropout")
+        f = f.f_back
+    return None
+
+
+
+def locate_in_megatron_graphs(tb) -> Optional[dict]:
+    """Where a failure inside Megatron's graph creation happened: the innermost frame of
+    _CudaGraphRunner.create_fwd_graph / create_bwd_graph or FullCudaGraphWrapper.__call__, whether
+    inside its torch.cuda.graph block (capture) or not (warmup), the pass, and the layer."""
+    hit = None
+    while tb is not None:
+        co = tb.tb_frame.f_code
+        fn = co.co_filename.replace("\\", "/")
+        if (fn.endswith("megatron/core/transformer/cuda_graphs.py") and
+                co.co_name in ("create_fwd_graph", "create_bwd_graph")) or \
+                (fn.endswith("megatron/core/full_cuda_graph.py") and co.co_name == "__call__"):
+            hit = (tb.tb_frame, tb.tb_lineno, co)
+        tb = tb.tb_next
+    if hit is None:
+        return None
+    frame, lineno, co = hit
+    slf = frame.f_locals.get("self")
+    method = getattr(type(slf), co.co_name, None)
+    capture, grad = graph_lines(method) if method is not None else (set(), set())
+    phase = "capture" if lineno in capture else "warmup"
+    if co.co_name == "create_bwd_graph":
+        pass_ = "backward"
+    elif co.co_name == "create_fwd_graph":
+        pass_ = "backward" if lineno in grad else "forward"
+    else:
+        pass_ = ""
+    base = getattr(slf, "base_module", None)
+    layer = getattr(base, "recap_path", "") or getattr(base, "recap_layer", "")
+    return {"phase": phase, "pass": pass_, "layer": layer, "function": f"{co.co_name}:{lineno}"}
+
+
+def rng_values(api: Any) -> list:
+    """The values (seed, offset) of every RNG state Megatron uses: the CPU generator, the CUDA
+    default generator and each tracker state. By value: with use_cudagraphable_rng the tracker's
+    states are generator objects the graphs registered, so they are restored in place."""
+    out: List[Tuple[str, Any, Any]] = [("cpu", None, torch.get_rng_state())]
+    dev = torch.cuda.current_device()
+    out.append(("cuda", None, torch.cuda.default_generators[dev].get_state()))
+    tracker = api.tensor_parallel.get_cuda_rng_tracker()
+    for name, st in tracker.get_states().items():
+        if isinstance(st, torch.Generator):
+            out.append(("gen", st, st.get_state()))
+        else:
+            out.append(("tensor", name, st.clone()))
+    return out
+
+
+def restore_rng_values(api: Any, values: list):
+    tracker = api.tensor_parallel.get_cuda_rng_tracker()
+    dev = torch.cuda.current_device()
+    for kind, obj, v in values:
+        if kind == "cpu":
+            torch.set_rng_state(v)
+        elif kind == "cuda":
+            torch.cuda.default_generators[dev].set_state(v)
+        elif kind == "gen":
+            obj.set_state(v)
+        else:
+            tracker.states_[obj] = v
+
+
+class CaptureSpans:
+    """Bytes each forward graph capture of Megatron's keeps allocated (its outputs and the
+    activations its backward graph reads): torch.cuda.graph's __enter__/__exit__ are wrapped to
+    read torch.cuda.memory_allocated() around captures made while a runner is building; nothing
+    else is changed. The SUT owns one (the wrappers are class-level, installed once). The frame
+    that opened the capture tells forward from backward graphs."""
+
+    def __init__(self) -> None:
+        self.runner = None
+        self.forward_bytes = 0
+        self._installed = False
+        self._stack: List[Tuple[int, bool]] = []
+
+    def install(self):
+        if self._installed:
+            return
+        self._installed = True
+        g = torch.cuda.graph
+        enter, exit_ = g.__enter__, g.__exit__
+        spans = self
+
+        def __enter__(this):
+            if spans.runner is not None:
+                fwd = sys._getframe(1).f_code.co_name == "create_fwd_graph"
+                spans._stack.append((spans.runner.obs.allocated(), fwd))
+            return enter(this)
+
+        def __exit__(this, *exc):
+            r = exit_(this, *exc)
+            if spans.runner is not None and spans._stack:
+                a0, fwd = spans._stack.pop()
+                if fwd:  # less the cuBLAS workspaces the capture made (MaskObserver.allocated)
+                    spans.forward_bytes += max(0, spans.runner.obs.allocated() - a0)
+            return r
+
+        g.__enter__, g.__exit__ = __enter__, __exit__
+
+    def begin(self, runner):
+        self.install()
+        self.runner = runner
+        self.forward_bytes = 0
+        self._stack = []
+
+    def end(self):
+        self.runner = None
+        self._stack = []

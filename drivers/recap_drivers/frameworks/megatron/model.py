@@ -1,0 +1,229 @@
+"""recap's layers as the Megatron modules a user builds: `block` as TransformerLayer, the
+smaller kinds (core/layers.py) checkpointed with tensor_parallel.checkpoint and, when graphed,
+as GraphableMegatronModule (CudaGraphManager captures them); recap's parameter list and layout."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import torch
+import torch.nn as nn
+
+from ... import case as case_mod
+from ...core import layers as layers_mod
+from .api import Api
+
+
+class MegatronCheckpoint(layers_mod.Checkpoint):
+    """megatron-core's tensor_parallel.checkpoint (CheckpointFunction, reentrant) around a module."""
+
+    def __init__(self, api: Api, inner: nn.Module):
+        super().__init__(inner, use_reentrant=True)
+        self.api = api
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.api.tensor_parallel.checkpoint(self.inner, False, x)
+
+
+def _make_small_layer_class(api: Api) -> Any:
+    base: Any = api.GraphableMegatronModule  # megatron-core's class, known once it is imported
+
+    class SmallLayer(layers_mod.Observed, base):
+        """One of recap's smaller kinds as a Megatron module: graphable by CudaGraphManager when
+        its config says cuda_graph_impl "local"."""
+
+        def __init__(self, config, inner: nn.Module, name: str):
+            super().__init__(config)
+            self.inner = inner
+            self.recap_path = name
+
+        def recap_params(self):
+            return layers_mod.recap_params_of(self.inner)
+
+        def forward(self, hidden_states):
+            # Megatron's graphed modules pass [s, b, h] (b = 1) between them; recap's layers [T, h]
+            self.enter_layer(self.recap_path)
+            return self.inner(hidden_states.squeeze(1)).unsqueeze(1)
+
+    return SmallLayer
+
+
+def _first(out):
+    """CudaGraphManager returns a tuple of outputs; TransformerLayer returns (output, context)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+class BlockLayer(layers_mod.Observed, nn.Module):
+    """recap's `block` as Megatron's TransformerLayer; [tokens, hidden] <-> Megatron's [s, b, h]."""
+
+    def __init__(self, api: Api, layer, name: str, full_checkpoint: bool):
+        super().__init__()
+        self.api = api
+        self.layer = layer
+        self.recap_path = name
+        self.full_checkpoint = full_checkpoint
+
+    def forward(self, h):  # [s, b, h]
+        self.enter_layer(self.recap_path)
+        if self.full_checkpoint:
+            # TransformerBlock._checkpointed_forward, recompute_method "uniform", one layer a unit
+            layer = self.layer
+
+            def custom(hidden_states):
+                return _first(layer(hidden_states=hidden_states, attention_mask=None))
+
+            return self.api.tensor_parallel.checkpoint(custom, False, h)
+        return _first(self.layer(hidden_states=h, attention_mask=None))
+
+
+def _qkv_rows(hidden: int, heads: int) -> torch.Tensor:
+    """Megatron's linear_qkv row r holds recap's row perm[r]: Megatron interleaves per head
+    [q(dh) k(dh) v(dh)] (num_query_groups = heads), recap stacks [q | k | v] by columns blocks."""
+    dh = hidden // heads
+    perm = []
+    for n in range(heads):
+        for part in range(3):
+            for d in range(dh):
+                perm.append(part * hidden + n * dh + d)
+    return torch.tensor(perm, dtype=torch.long)
+
+
+class MegatronModel(layers_mod.RecapParamList):
+    """The stack as the `model` forward_backward_func drives, with recap's parameter list."""
+
+    def __init__(self, api: Api, c: case_mod.Case, device, configs: List[Any], graphed_layers: List[bool]):
+        super().__init__()
+        self.api = api
+        self.case = c
+        self.config = configs[model_config_index(graphed_layers)] if configs else None
+        self.model_type = api.ModelType.encoder_or_decoder
+        SmallLayer = _make_small_layer_class(api)
+        self.layers = nn.ModuleList()
+        self.graphable = nn.ModuleList()  # the Megatron modules that own a CudaGraphManager
+        self.named: List[Tuple[str, nn.Parameter]] = []
+        self.loaders: List[Any] = []
+        dt = layers_mod.TORCH_DTYPES[c.dtype]
+        for i, l in enumerate(c.layers):
+            name = f"{l.kind}{i}"
+            cfg = configs[i]
+            if l.kind == "block":
+                tl = api.TransformerLayer(cfg, api.local_spec().submodules, layer_number=1)
+                tl.to(device=device, dtype=dt)
+                for m in tl.modules():
+                    m.recap_path = name
+                core = tl.self_attention.core_attention
+                core.recap_site = (name + ".attn.core", "attn_dropout")
+                tl.recap_layer = name
+                self.layers.append(BlockLayer(api, tl, name, l.checkpoint == "full"))
+                self.graphable.append(tl)
+                self._block_params(name, tl, c.hidden, l.heads)
+            else:
+                wrap = layers_mod.make_wrap(c, i, lambda m: MegatronCheckpoint(api, m))
+                inner = layers_mod.build_layer(c, i, device, wrap).inner
+                for m in inner.modules():
+                    if isinstance(m, layers_mod.AttentionCore):
+                        m.rng_context = api.tensor_parallel.get_cuda_rng_tracker().fork
+                layer = SmallLayer(cfg, inner, name) if graphed_layers[i] else _Plain(inner, name)
+                self.layers.append(layer)
+                if graphed_layers[i]:
+                    self.graphable.append(layer)
+                for n, p in layers_mod.recap_params_of(inner):
+                    self.named.append((n, p))
+                    self.loaders.append(None)
+        # forward_backward_func's set_current_microbatch looks for model.decoder.layers
+        self.decoder = _Decoder(self.graphable)
+
+    def _block_params(self, name: str, tl, hidden: int, heads: int):
+        sa, mlp = tl.self_attention, tl.mlp
+        rows = _qkv_rows(hidden, heads).to(tl.input_layernorm.weight.device)
+        table = [
+            (".ln1.weight", tl.input_layernorm.weight, None), (".ln1.bias", tl.input_layernorm.bias, None),
+            (".attn.qkv.weight", sa.linear_qkv.weight, rows), (".attn.qkv.bias", sa.linear_qkv.bias, rows),
+            (".attn.proj.weight", sa.linear_proj.weight, None), (".attn.proj.bias", sa.linear_proj.bias, None),
+            (".ln2.weight", tl.pre_mlp_layernorm.weight, None), (".ln2.bias", tl.pre_mlp_layernorm.bias, None),
+            (".mlp.fc1.weight", mlp.linear_fc1.weight, None), (".mlp.fc1.bias", mlp.linear_fc1.bias, None),
+            (".mlp.fc2.weight", mlp.linear_fc2.weight, None), (".mlp.fc2.bias", mlp.linear_fc2.bias, None),
+        ]
+        for suffix, p, perm in table:
+            self.named.append((name + suffix, p))
+            self.loaders.append(perm)
+
+    def layer_params(self, i: int) -> List[nn.Parameter]:
+        return []
+
+    def load(self, values: Dict[str, torch.Tensor]):
+        with torch.no_grad():
+            for (n, p), perm in zip(self.named, self.loaders):
+                v = values[n].to(p.device)
+                if perm is not None:
+                    v = v.index_select(0, perm)
+                p.copy_(v.to(p.dtype))
+
+    # A gradient or value of parameter i in recap's layout (qkv rows back in recap's order): what
+    # the observation reports for both (the parameters too: the fp64 training oracle loads them)
+    def recap_layout(self, i: int, g: torch.Tensor) -> torch.Tensor:
+        perm = self.loaders[i]
+        if perm is None:
+            return g
+        out = torch.empty_like(g)
+        out.index_copy_(0, perm, g)  # perm lives on the device: this may run inside a capture
+        return out
+
+    def set_input_tensor(self, tensor):  # one pipeline stage: nothing comes from a previous one
+        pass
+
+    def forward(self, x):  # [T, h] in and out, [T, 1, h] between the layers
+        h = x.unsqueeze(1)
+        for l in self.layers:
+            h = _first(l(hidden_states=h)) if isinstance(l, self.api.GraphableMegatronModule) else l(h)
+        return h.squeeze(1)
+
+
+def model_config_index(graphed_layers: List[bool]) -> int:
+    """Which layer's TransformerConfig the model and its DDP wrapper carry: a graphed layer's when
+    any layer is graphed, else layer 0's. Each layer has its own config and only graphed layers'
+    say cuda_graph_impl "local" (MegatronSUT.configs). Two readers, two configs:
+      - whether a layer gets graphs is decided by its own config: GraphableMegatronModule.__init__
+        creates a CudaGraphManager only when `config.cuda_graph_impl == "local"`
+        (megatron/core/transformer/module.py, 0.15.3 and 0.19);
+      - whether graphs are made at all is decided by the model's: forward_backward_no_pipelining
+        reads `config = get_model_config(model)` (the DDP wrapper's .config, megatron/core/utils.py
+        get_attr_wrapped_model) and calls create_cudagraphs() only when
+        `config.cuda_graph_impl == "local"` (megatron/core/pipeline_parallel/schedules.py; 0.15.3
+        also requires cuda_graph_scope != "full_iteration").
+    With configs[0] a case whose layer 0 is not graphed built no graph at all (issue 18). The
+    model's config makes no layer graphed, and the fields the schedule and DDP read otherwise
+    (finalize_model_grads_func, calculate_per_token_loss, timers, ...) are equal in every layer's
+    config."""
+    for i, g in enumerate(graphed_layers):
+        if g:
+            return i
+    return 0
+
+
+class _Plain(layers_mod.Observed, nn.Module):
+    def __init__(self, inner, name):
+        super().__init__()
+        self.inner = inner
+        self.recap_path = name
+
+    def forward(self, hidden_states):
+        self.enter_layer(self.recap_path)
+        return self.inner(hidden_states.squeeze(1)).unsqueeze(1)
+
+
+class _Decoder(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = layers
+
+
+def _building_layer(tb) -> str:
+    """The layer MegatronModel.__init__ was building when a traceback passed through it."""
+    name = ""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "__init__" and isinstance(tb.tb_frame.f_locals.get("self"), MegatronModel):
+            v = tb.tb_frame.f_locals.get("name")
+            name = v if isinstance(v, str) else name
+        tb = tb.tb_next
+    return name
