@@ -40,8 +40,9 @@ std::string run_capture(const std::string& cmd) {
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r' || out.back() == ' ')) out.pop_back();
   return out;
 }
-bool is_hex40(const std::string& s) {
-  if (s.size() != 40) return false;
+// A commit hash: 40 hex digits, or an abbreviation of at least 7 where a person names it.
+bool is_hex40(const std::string& s, size_t min_size = 40) {
+  if (s.size() < min_size || s.size() > 40) return false;
   for (char c : s)
     if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
   return true;
@@ -51,7 +52,7 @@ bool is_hex40(const std::string& s) {
 std::string git_commit() {
   // Named by whoever runs recap on a copy of the tree whose .git is not the tree's (the GPU
   // machine's copy carries an older HEAD beside the current files).
-  if (const char* e = std::getenv("RECAP_GIT_COMMIT"); e && is_hex40(e)) return e;
+  if (const char* e = std::getenv("RECAP_GIT_COMMIT"); e && is_hex40(e, 7)) return e;
 #ifdef RECAP_SOURCE_DIR
   std::string c = run_capture("git -C '" RECAP_SOURCE_DIR "' rev-parse HEAD 2>/dev/null");
   if (is_hex40(c)) return c;

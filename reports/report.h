@@ -39,7 +39,8 @@ struct RunContext {
   std::string sut_name, sut_version, sut_device;
 };
 Json context_to_json(const RunContext& c);
-// `git rev-parse HEAD` in the source tree (or the working directory), else the compile-time
+// RECAP_GIT_COMMIT from the environment (a full or abbreviated hash, at least 7 hex digits),
+// else `git rev-parse HEAD` in the source tree (or the working directory), else the compile-time
 // RECAP_GIT_COMMIT, else "".
 std::string git_commit();
 std::string utc_now_iso8601();

@@ -823,6 +823,17 @@ ROWS
   [ "$bad" -eq 0 ] || fail "a reproducer is not diagnosed as its class"
   [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 19 ] || fail "a fault without a row here"
   ;;
+report_names_the_given_commit)
+  # RECAP_GIT_COMMIT names the commit in the report (a copy of the tree whose .git is not the
+  # tree's), full or abbreviated; anything else is not a commit and is ignored.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  for given in 7baef9e 0123456789abcdef0123456789abcdef01234567 not-a-hash; do
+    RECAP_GIT_COMMIT=$given "$recap" fuzz --backend sim --cases 2 --seed 1 --report "r-$given.json" > /dev/null || fail "fuzz with RECAP_GIT_COMMIT=$given"
+    got=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"]["git_commit"])' "r-$given.json")
+    if [ "$given" = not-a-hash ]; then [ "$got" != "$given" ] || fail "a non-hash was taken as the commit"
+    else [ "$got" = "$given" ] || fail "RECAP_GIT_COMMIT=$given: the report names '$got'"; fi
+  done
+  ;;
 fuzz_resume_finishes_the_campaign)
   # A campaign stopped by SIGTERM and resumed from its partial report (--resume) ends with the
   # report and corpus of the uninterrupted run, timings and context aside: in process and with
