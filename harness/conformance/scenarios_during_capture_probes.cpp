@@ -3,7 +3,9 @@
 // the table did not measure it.
 #include "harness/conformance/scenarios_during_capture_probes.h"
 
+#include <functional>
 #include <memory>
+#include <utility>
 
 namespace recap::conformance::detail::during {
 namespace {
