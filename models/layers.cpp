@@ -200,19 +200,9 @@ Tensor Linear::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
   check_2d(x, in_, dtype_, name(), "input");
   const int64_t rows = x.shape[0];
   Tensor y = ctx.alloc_tensor({rows, out_}, dtype_, MemCategory::Activations);
-  math::GemmArgs g;
-  g.dtype = dt_code(dtype_);
-  g.M = rows;
-  g.N = out_;
-  g.K = in_;
-  g.A = x.data;
-  g.lda = in_;
-  g.B = weight_.value.data;
-  g.ldb = in_;
-  g.trans_b = 1;
-  g.C = y.data;
-  g.ldc = out_;
-  g.bias = has_bias_ ? bias_.value.data : nullptr;
+  const math::GemmArgs g{.dtype = dt_code(dtype_), .trans_b = 1, .M = rows, .N = out_, .K = in_,  // y = x W^T + b
+                         .A = x.data, .lda = in_, .B = weight_.value.data, .ldb = in_, .C = y.data, .ldc = out_,
+                         .bias = has_bias_ ? bias_.value.data : nullptr};
   ctx.launch(ops::gemm(g, gemm_, ops::BlasWorkspace{workspace_.data, workspace_.bytes()}));
   saved.clear();
   if (ctx.save_for_backward) saved.tensors = {x};
@@ -229,32 +219,12 @@ Tensor Linear::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
   const int dt = dt_code(dtype_);
 
   Tensor dx = ctx.alloc_tensor({rows, in_}, dtype_, MemCategory::Workspace);
-  math::GemmArgs g;  // dx = dy W
-  g.dtype = dt;
-  g.M = rows;
-  g.N = in_;
-  g.K = out_;
-  g.A = dy.data;
-  g.lda = out_;
-  g.B = weight_.value.data;
-  g.ldb = in_;
-  g.C = dx.data;
-  g.ldc = in_;
+  const math::GemmArgs g{.dtype = dt, .M = rows, .N = in_, .K = out_,  // dx = dy W
+                         .A = dy.data, .lda = out_, .B = weight_.value.data, .ldb = in_, .C = dx.data, .ldc = in_};
   ctx.launch(ops::gemm(g, gemm_, ws));
 
-  math::GemmArgs w;  // dW += dy^T x
-  w.dtype = dt;
-  w.M = out_;
-  w.N = in_;
-  w.K = rows;
-  w.A = dy.data;
-  w.lda = out_;
-  w.trans_a = 1;
-  w.B = x.data;
-  w.ldb = in_;
-  w.C = weight_.grad.data;
-  w.ldc = in_;
-  w.beta = 1.0f;
+  const math::GemmArgs w{.dtype = dt, .trans_a = 1, .M = out_, .N = in_, .K = rows, .beta = 1.0f,  // dW += dy^T x
+                         .A = dy.data, .lda = out_, .B = x.data, .ldb = in_, .C = weight_.grad.data, .ldc = in_};
   ctx.launch(ops::gemm(w, gemm_, ws));
 
   if (has_bias_) {  // db += sum over rows of dy
@@ -294,17 +264,9 @@ Tensor Norm::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
     if (!rms_) mean = ctx.alloc_tensor({rows}, DType::F32, MemCategory::Activations);
     rstd = ctx.alloc_tensor({rows}, DType::F32, MemCategory::Activations);
   }
-  math::NormArgs a;
-  a.dtype = dt_code(dtype_);
-  a.rms = rms_ ? 1 : 0;
-  a.rows = rows;
-  a.cols = width_;
-  a.x = x.data;
-  a.gamma = weight_.value.data;
-  a.beta = rms_ ? nullptr : bias_.value.data;
-  a.y = y.data;
-  a.mean = mean.as<float>();
-  a.rstd = rstd.as<float>();
+  const math::NormArgs a{.dtype = dt_code(dtype_), .rms = rms_ ? 1 : 0, .rows = rows, .cols = width_, .x = x.data,
+                         .gamma = weight_.value.data, .beta = rms_ ? nullptr : bias_.value.data, .y = y.data,
+                         .mean = mean.as<float>(), .rstd = rstd.as<float>()};
   ctx.launch(ops::norm_forward(a));
   saved.clear();
   if (ctx.save_for_backward) saved.tensors = rms_ ? std::vector<Tensor>{x, rstd} : std::vector<Tensor>{x, rstd, mean};
@@ -320,19 +282,10 @@ Tensor Norm::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
   const int64_t rows = x.shape[0];
   if (dy.shape[0] != rows) throw std::invalid_argument(name() + ": output gradient rows differ from the input's");
   Tensor dx = ctx.alloc_tensor(x.shape, dtype_, MemCategory::Workspace);
-  math::NormArgs a;
-  a.dtype = dt_code(dtype_);
-  a.rms = rms_ ? 1 : 0;
-  a.rows = rows;
-  a.cols = width_;
-  a.x = x.data;
-  a.gamma = weight_.value.data;
-  a.mean = mean.as<float>();
-  a.rstd = rstd.as<float>();
-  a.dy = dy.data;
-  a.dx = dx.data;
-  a.dgamma = weight_.grad.data;
-  a.dbeta = rms_ ? nullptr : bias_.grad.data;
+  const math::NormArgs a{.dtype = dt_code(dtype_), .rms = rms_ ? 1 : 0, .rows = rows, .cols = width_, .x = x.data,
+                         .gamma = weight_.value.data, .mean = mean.as<float>(), .rstd = rstd.as<float>(),
+                         .dy = dy.data, .dx = dx.data, .dgamma = weight_.grad.data,
+                         .dbeta = rms_ ? nullptr : bias_.grad.data};
   ctx.launch(ops::norm_backward_dx(a));
   ctx.launch(ops::norm_backward_params(a));
   saved.clear();

@@ -23,26 +23,20 @@ void reset_phase_flags() {
   g_checkpoint_valid = true;
 }
 
-GraphWarmupScope::GraphWarmupScope(bool on) : previous_(g_warmup) {
-  if (on) g_warmup = true;
-}
 // phase-flag-leak (bug class 6): Megatron's plain assignments, which an exception skips.
 static bool leaks() { return fault_on(Fault::PhaseFlagLeak) && std::uncaught_exceptions() > 0; }
 
-GraphWarmupScope::~GraphWarmupScope() {
-  if (!leaks()) g_warmup = previous_;
+PhaseFlagScope::PhaseFlagScope(bool* flag, bool value, bool on, bool may_leak)
+    : flag_(flag), previous_(*flag), may_leak_(may_leak) {
+  if (on) *flag_ = value;
+}
+PhaseFlagScope::~PhaseFlagScope() {
+  if (!(may_leak_ && leaks())) *flag_ = previous_;
 }
 
-GraphCaptureScope::GraphCaptureScope(bool on) : previous_(g_capturing) {
-  if (on) g_capturing = true;
-}
-GraphCaptureScope::~GraphCaptureScope() {
-  if (!leaks()) g_capturing = previous_;
-}
-
-BackwardStyleScope::BackwardStyleScope(bool grad_of_inputs) : previous_(g_checkpoint_valid) {
-  if (grad_of_inputs) g_checkpoint_valid = false;
-}
-BackwardStyleScope::~BackwardStyleScope() { g_checkpoint_valid = previous_; }
+GraphWarmupScope::GraphWarmupScope(bool on) : PhaseFlagScope(&g_warmup, true, on, /*may_leak=*/true) {}
+GraphCaptureScope::GraphCaptureScope(bool on) : PhaseFlagScope(&g_capturing, true, on, /*may_leak=*/true) {}
+BackwardStyleScope::BackwardStyleScope(bool grad_of_inputs)
+    : PhaseFlagScope(&g_checkpoint_valid, false, grad_of_inputs, /*may_leak=*/false) {}
 
 }  // namespace recap::runtime

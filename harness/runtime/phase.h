@@ -18,41 +18,41 @@ bool is_graph_capturing();
 // (torch.autograd.grad), which a reentrant checkpoint refuses.
 bool is_checkpoint_valid();
 
-// RAII: is_graph_warmup() is true inside the scope (unless `on` is false) and restored after.
-class GraphWarmupScope {
+// RAII, the base of the three scopes below: sets one of the thread's phase flags to `value` inside
+// the scope (when `on`) and restores it after.
+class PhaseFlagScope {
  public:
-  explicit GraphWarmupScope(bool on = true);
-  ~GraphWarmupScope();
-  GraphWarmupScope(const GraphWarmupScope&) = delete;
-  GraphWarmupScope& operator=(const GraphWarmupScope&) = delete;
+  PhaseFlagScope(const PhaseFlagScope&) = delete;
+  PhaseFlagScope& operator=(const PhaseFlagScope&) = delete;
+
+ protected:
+  // `may_leak`: the restore is one that the phase-flag-leak fault can skip.
+  PhaseFlagScope(bool* flag, bool value, bool on, bool may_leak);
+  ~PhaseFlagScope();
 
  private:
+  bool* flag_;
   bool previous_;
+  bool may_leak_;
+};
+
+// RAII: is_graph_warmup() is true inside the scope (unless `on` is false) and restored after.
+class GraphWarmupScope : public PhaseFlagScope {
+ public:
+  explicit GraphWarmupScope(bool on = true);
 };
 
 // RAII: is_graph_capturing() is true inside the scope (unless `on` is false) and restored after.
-class GraphCaptureScope {
+class GraphCaptureScope : public PhaseFlagScope {
  public:
   explicit GraphCaptureScope(bool on = true);
-  ~GraphCaptureScope();
-  GraphCaptureScope(const GraphCaptureScope&) = delete;
-  GraphCaptureScope& operator=(const GraphCaptureScope&) = delete;
-
- private:
-  bool previous_;
 };
 
 // RAII: a backward in grad-of-inputs style (torch.autograd.grad) when `grad_of_inputs`:
 // is_checkpoint_valid() is false inside the scope.
-class BackwardStyleScope {
+class BackwardStyleScope : public PhaseFlagScope {
  public:
   explicit BackwardStyleScope(bool grad_of_inputs);
-  ~BackwardStyleScope();
-  BackwardStyleScope(const BackwardStyleScope&) = delete;
-  BackwardStyleScope& operator=(const BackwardStyleScope&) = delete;
-
- private:
-  bool previous_;
 };
 
 // Test support: both graph flags false and checkpointing valid.

@@ -44,36 +44,19 @@ std::vector<LayerCase> layer_cases() {
     for (const char* kind : kinds) {
       for (float p : {0.0f, 0.1f}) {
         if (p > 0 && !draws(kind)) continue;
-        LayerCase c;
-        c.name = std::string(kind) + "_" + dn + (p > 0 ? "_p10" : "_p0");
-        c.spec.hidden = 16;
-        c.spec.tokens = 8;
-        c.spec.dtype = dt;
-        LayerSpec l;
-        l.kind = kind;
-        l.heads = 2;
-        l.ffn_hidden = 32;
-        l.dropout = p;
-        c.spec.layers = {l};
-        c.tol = dt == DType::F32 ? kTolF32 : kTolBf16Layer;
-        c.dropout = p > 0;
-        cases.push_back(c);
+        cases.push_back({.name = std::string(kind) + "_" + dn + (p > 0 ? "_p10" : "_p0"),
+                         .spec = {.hidden = 16, .tokens = 8, .dtype = dt,
+                                  .layers = {{.kind = kind, .ffn_hidden = 32, .heads = 2, .dropout = p}}},
+                         .tol = dt == DType::F32 ? kTolF32 : kTolBf16Layer,
+                         .dropout = p > 0});
       }
     }
     for (const char* kind : {"attention", "block"}) {  // wider: 4 heads of 16, 24 tokens
-      LayerCase c;
-      c.name = std::string(kind) + "_wide_" + dn + "_p10";
-      c.spec.hidden = 64;
-      c.spec.tokens = 24;
-      c.spec.dtype = dt;
-      LayerSpec l;
-      l.kind = kind;
-      l.heads = 4;
-      l.dropout = 0.1f;
-      c.spec.layers = {l};
-      c.tol = dt == DType::F32 ? kTolF32 : kTolBf16Stack;
-      c.dropout = true;
-      cases.push_back(c);
+      cases.push_back({.name = std::string(kind) + "_wide_" + dn + "_p10",
+                       .spec = {.hidden = 64, .tokens = 24, .dtype = dt,
+                                .layers = {{.kind = kind, .heads = 4, .dropout = 0.1f}}},
+                       .tol = dt == DType::F32 ? kTolF32 : kTolBf16Stack,
+                       .dropout = true});
     }
     for (float p : {0.0f, 0.1f}) {
       LayerCase c;

@@ -188,19 +188,8 @@ inline void check_gemm_graph_bitwise(device::Device& dev, ops::GemmImpl impl, op
     a.put(a_h.data(), a_h.size());
     b.put(b_h.data(), b_h.size());
     bias.put(bias_h.data(), bias_h.size());
-    math::GemmArgs g;  // y = x W^T + b, as Linear runs it
-    g.dtype = dt;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    g.A = a.p;
-    g.lda = K;
-    g.B = b.p;
-    g.ldb = K;
-    g.trans_b = 1;
-    g.C = c.p;
-    g.ldc = N;
-    g.bias = bias.p;
+    const math::GemmArgs g{.dtype = dt, .trans_b = 1, .M = M, .N = N, .K = K,  // y = x W^T + b, as Linear runs it
+                           .A = a.p, .lda = K, .B = b.p, .ldb = K, .C = c.p, .ldc = N, .bias = bias.p};
     device::Kernel k = ops::gemm(g, impl, ws);
     RECAP_OK(dev.launch(k, s));
     RECAP_OK(dev.stream_synchronize(s));

@@ -240,9 +240,7 @@ SimDevice::CaptureState* SimDevice::active_capture_of(const EventState& ev) {
 }
 
 Status SimDevice::capture_event_wait(StreamState& st, uint64_t event_id, EventState& ev, bool external) {
-  if (st.legacy) {
-    if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-  }
+  if (Status r = refuse_if_legacy(st); !ok(r)) return r;
   CaptureState* event_capture = active_capture_of(ev);
   // The legacy stream waiting on a captured event would depend on a capture: 906, and that
   // capture is invalidated (measured on the H200, with a non-blocking capture stream).

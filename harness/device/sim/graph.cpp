@@ -46,9 +46,7 @@ Status SimDevice::graph_launch(GraphExec e, Stream s) {
     if (eit == execs_.end()) return Status::InvalidResourceHandle;
     StreamState* st = find_stream(s);
     if (st == nullptr) return Status::InvalidResourceHandle;
-    if (st->legacy) {
-      if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-    }
+    if (Status r = refuse_if_legacy(*st); !ok(r)) return r;
     ExecState& ex = eit->second;
     // Launched into a capturing stream: 900 and invalidation in every mode (measured on the H200).
     if (CaptureState* c = capture_of(*st)) {

@@ -14,6 +14,29 @@ namespace {
 // Per-thread default streams get internal ids from here up; they are never valid handles.
 constexpr uint64_t kPerThreadBase = uint64_t{1} << 62;
 
+// An op that writes `bytes` bytes at dst by `body` (a copy also reads as many at a non-null src);
+// with no bytes it accesses nothing and has no body.
+Op write_op(OpKind kind, void* dst, size_t bytes, const void* src, std::function<void()> body) {
+  Op op;
+  op.kind = kind;
+  op.ptr = dst;
+  op.bytes = bytes;
+  if (bytes > 0) {
+    if (src != nullptr) op.reads = {Access{src, bytes}};
+    op.writes = {Access{dst, bytes}};
+    op.body = std::move(body);
+  }
+  return op;
+}
+
+Op copy_op(void* dst, const void* src, size_t bytes) {
+  return write_op(OpKind::Memcpy, dst, bytes, src, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+}
+
+Op set_op(void* p, int value, size_t bytes) {
+  return write_op(OpKind::Memset, p, bytes, nullptr, [p, value, bytes] { std::memset(p, value, bytes); });
+}
+
 }  // namespace
 
 SimDevice::SimDevice(const DeviceOptions& opts) : opts_(opts), sched_(opts.explore_seed) {
@@ -162,9 +185,7 @@ void SimDevice::issue_on_stream(StreamState& s, const Op& op, std::vector<WorkRe
 // a node when the stream is a capture member (901 once the capture is invalidated); otherwise issued
 // eagerly, which includes work on streams outside a capture while it is in progress.
 Status SimDevice::enqueue(StreamState& s, Op op) {
-  if (s.legacy) {
-    if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-  }
+  if (Status r = refuse_if_legacy(s); !ok(r)) return r;
   if (CaptureState* c = capture_of(s)) {
     if (c->invalidated) return Status::StreamCaptureInvalidated;
     add_node(*c, s, std::move(op));
@@ -271,9 +292,7 @@ Status SimDevice::check_host_stream_access(StreamState* st) {
     return Status::StreamCaptureUnsupported;
   }
   // cudaStreamQuery(0) / cudaStreamSynchronize(0) with a blocking capture stream: 906.
-  if (st->legacy) {
-    if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-  }
+  if (Status r = refuse_if_legacy(*st); !ok(r)) return r;
   return refuse_unsafe_call();
 }
 
@@ -319,9 +338,7 @@ Status SimDevice::event_record(Event e, Stream s) {
     EventState* ev = find_event(e);
     StreamState* st = find_stream(s);
     if (ev == nullptr || st == nullptr) return Status::InvalidResourceHandle;
-    if (st->legacy) {
-      if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-    }
+    if (Status r = refuse_if_legacy(*st); !ok(r)) return r;
     // Recording on a member stream makes a captured event: it stands for the stream's frontier.
     if (CaptureState* c = capture_of(*st)) {
       if (c->invalidated) return Status::StreamCaptureInvalidated;
@@ -463,9 +480,7 @@ Status SimDevice::malloc_async(void** out, size_t bytes, Stream s, MemCategory c
     if (static_cast<int>(cat) < 0 || static_cast<int>(cat) >= kNumCategories) return Status::InvalidValue;
     StreamState* st = find_stream(s);
     if (st == nullptr) return Status::InvalidResourceHandle;
-    if (st->legacy) {
-      if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-    }
+    if (Status r = refuse_if_legacy(*st); !ok(r)) return r;
     // On a capture member it becomes an alloc node (GraphPool, whatever `cat` says).
     if (CaptureState* c = capture_of(*st)) {
       if (c->invalidated) return Status::StreamCaptureInvalidated;
@@ -487,9 +502,7 @@ Status SimDevice::free_async(void* p, Stream s) {
   return call([&] {
     StreamState* st = find_stream(s);
     if (st == nullptr) return Status::InvalidResourceHandle;
-    if (st->legacy) {
-      if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
-    }
+    if (Status r = refuse_if_legacy(*st); !ok(r)) return r;
     if (CaptureState* c = capture_of(*st)) {
       if (c->invalidated) return Status::StreamCaptureInvalidated;
       return capture_free_async(*c, *st, p);
@@ -527,24 +540,21 @@ Status SimDevice::free_async(void* p, Stream s) {
   });
 }
 
+// Synchronous copies and sets go to the legacy stream, and the host waits for them.
+Status SimDevice::issue_on_legacy_and_wait(const Op& op) {
+  StreamState& legacy = streams_.at(Stream::kLegacy);
+  issue_on_stream(legacy, op);
+  host_waits_for({legacy.tail});
+  return Status::Success;
+}
+
 Status SimDevice::memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   return call([&] {
     if (Status r = check_copy_args(dst, src, bytes, kind); !ok(r)) return r;
-    // Synchronous copies go to the legacy stream: eager during a capture, unless a blocking stream
-    // captures (906).
+    // Eager during a capture, unless a blocking stream captures (906).
     if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
     if (bytes == 0) return Status::Success;
-    StreamState& legacy = streams_.at(Stream::kLegacy);
-    Op op;
-    op.kind = OpKind::Memcpy;
-    op.ptr = dst;
-    op.bytes = bytes;
-    op.reads = {Access{src, bytes}};
-    op.writes = {Access{dst, bytes}};
-    op.body = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
-    issue_on_stream(legacy, op);
-    host_waits_for({legacy.tail});  // the host waits for the copy
-    return Status::Success;
+    return issue_on_legacy_and_wait(copy_op(dst, src, bytes));
   });
 }
 
@@ -553,16 +563,7 @@ Status SimDevice::memcpy_async(void* dst, const void* src, size_t bytes, CopyKin
     if (Status r = check_copy_args(dst, src, bytes, kind); !ok(r)) return r;
     StreamState* st = find_stream(s);
     if (st == nullptr) return Status::InvalidResourceHandle;
-    Op op;
-    op.kind = OpKind::Memcpy;
-    op.ptr = dst;
-    op.bytes = bytes;
-    if (bytes > 0) {
-      op.reads = {Access{src, bytes}};
-      op.writes = {Access{dst, bytes}};
-      op.body = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
-    }
-    return enqueue(*st, std::move(op));
+    return enqueue(*st, copy_op(dst, src, bytes));
   });
 }
 
@@ -571,16 +572,7 @@ Status SimDevice::memset(void* p, int value, size_t bytes) {
     if (bytes > 0 && p == nullptr) return Status::InvalidValue;
     if (Status r = refuse_implicit_legacy_dependency(); !ok(r)) return r;
     if (bytes == 0) return Status::Success;
-    StreamState& legacy = streams_.at(Stream::kLegacy);
-    Op op;
-    op.kind = OpKind::Memset;
-    op.ptr = p;
-    op.bytes = bytes;
-    op.writes = {Access{p, bytes}};
-    op.body = [p, value, bytes] { std::memset(p, value, bytes); };
-    issue_on_stream(legacy, op);
-    host_waits_for({legacy.tail});
-    return Status::Success;
+    return issue_on_legacy_and_wait(set_op(p, value, bytes));
   });
 }
 
@@ -589,15 +581,7 @@ Status SimDevice::memset_async(void* p, int value, size_t bytes, Stream s) {
     if (bytes > 0 && p == nullptr) return Status::InvalidValue;
     StreamState* st = find_stream(s);
     if (st == nullptr) return Status::InvalidResourceHandle;
-    Op op;
-    op.kind = OpKind::Memset;
-    op.ptr = p;
-    op.bytes = bytes;
-    if (bytes > 0) {
-      op.writes = {Access{p, bytes}};
-      op.body = [p, value, bytes] { std::memset(p, value, bytes); };
-    }
-    return enqueue(*st, std::move(op));
+    return enqueue(*st, set_op(p, value, bytes));
   });
 }
 

@@ -189,6 +189,7 @@ class SimDevice final : public Device {
   WorkRef issue(const std::vector<WorkRef>& deps, uint32_t lane, const Op& op, const std::string& where,
                 std::function<void()> body);
   void issue_on_stream(StreamState& s, const Op& op, std::vector<WorkRef> extra_deps = {});
+  Status issue_on_legacy_and_wait(const Op& op);
   Status enqueue(StreamState& s, Op op);  // eager work item, or a node when s captures
   Status check_copy_args(const void* dst, const void* src, size_t bytes, CopyKind kind) const;
   bool fits(size_t bytes) const;
@@ -218,6 +219,10 @@ class SimDevice final : public Device {
   std::vector<uint64_t> captures_with_blocking_member() const;
   // Returns 906 and invalidates those captures for work on the legacy stream while one exists.
   Status refuse_implicit_legacy_dependency();
+  // Work on `s`: refuse_implicit_legacy_dependency() when `s` is the legacy stream, else Success.
+  Status refuse_if_legacy(const StreamState& s) {
+    return s.legacy ? refuse_implicit_legacy_dependency() : Status::Success;
+  }
   void invalidate(uint64_t capture_id);
   void invalidate_all_captures();
   // Ends a capture sequence: every member leaves; without a graph its allocations are released.

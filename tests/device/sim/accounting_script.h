@@ -48,6 +48,11 @@ inline Run run(Device& dev) {
   auto checkpoint = [&](const std::string& name) { out.checkpoints.push_back({name, dev.memory_stats()}); };
   auto words = [](int64_t bytes) { return static_cast<size_t>(bytes) / sizeof(uint32_t); };
   auto u32 = [](void* p) { return static_cast<uint32_t*>(p); };
+  Stream s;
+  auto sync_then_checkpoint = [&](const std::string& name) {
+    call("stream synchronize", dev.stream_synchronize(s));
+    checkpoint(name);
+  };
 
   checkpoint("fresh");
   void *params = nullptr, *grads = nullptr, *work = nullptr;
@@ -56,14 +61,12 @@ inline Run run(Device& dev) {
   call("malloc workspace 4 MiB", dev.malloc(&work, 4 * kMiB, MemCategory::Workspace));
   checkpoint("static");
 
-  Stream s;
   call("stream create", dev.stream_create(&s, /*non_blocking=*/true));
   void* x = nullptr;
   call("malloc_async activations 6 MiB", dev.malloc_async(&x, 6 * kMiB, s, MemCategory::Activations));
   checkpoint("stream_ordered_alloc");
   call("free_async activations", dev.free_async(x, s));
-  call("stream synchronize", dev.stream_synchronize(s));
-  checkpoint("stream_ordered_free");
+  sync_then_checkpoint("stream_ordered_free");
 
   // Graph 1: A (8 MiB) stays allocated after the graph; T (4 MiB) is freed inside it.
   void *a = nullptr, *t = nullptr;
@@ -80,18 +83,15 @@ inline Run run(Device& dev) {
   call("instantiate g1", dev.graph_instantiate(&e1, g1, 0));
   checkpoint("instantiated");
   call("launch e1", dev.graph_launch(e1, s));
-  call("stream synchronize", dev.stream_synchronize(s));
-  checkpoint("replay1");
+  sync_then_checkpoint("replay1");
   call("relaunch e1 while A is live", dev.graph_launch(e1, s));
   GraphExec e1_again;
   call("instantiate g1 a second time", dev.graph_instantiate(&e1_again, g1, 0));
   checkpoint("refused");
   call("free_async A", dev.free_async(a, s));
-  call("stream synchronize", dev.stream_synchronize(s));
-  checkpoint("graph_alloc_freed_async");
+  sync_then_checkpoint("graph_alloc_freed_async");
   call("launch e1 again", dev.graph_launch(e1, s));
-  call("stream synchronize", dev.stream_synchronize(s));
-  checkpoint("replay2");
+  sync_then_checkpoint("replay2");
   call("free A", dev.free(a));
   checkpoint("graph_alloc_freed_sync");
   dev.reset_peak_memory();
@@ -108,11 +108,9 @@ inline Run run(Device& dev) {
   call("instantiate g2 auto-free", dev.graph_instantiate(&e2, g2, kGraphInstantiateAutoFreeOnLaunch));
   call("launch e2", dev.graph_launch(e2, s));
   call("launch e2 again", dev.graph_launch(e2, s));
-  call("stream synchronize", dev.stream_synchronize(s));
-  checkpoint("autofree_replays");
+  sync_then_checkpoint("autofree_replays");
   call("free_async B", dev.free_async(b, s));
-  call("stream synchronize", dev.stream_synchronize(s));
-  checkpoint("autofree_freed");
+  sync_then_checkpoint("autofree_freed");
 
   call("destroy e1", dev.graph_exec_destroy(e1));
   call("destroy e2", dev.graph_exec_destroy(e2));

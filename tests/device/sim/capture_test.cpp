@@ -1,5 +1,6 @@
 // The capture state machine of docs/cuda-capture-rules.md ("State machine"), rule by rule.
 #include <thread>
+#include <utility>
 
 #include "tests/device/sim/sim_test_util.h"
 
@@ -8,12 +9,23 @@ namespace {
 
 namespace k = kernels;
 
-class SimCapture : public ::testing::Test {
+class SimCapture : public TwoStreams {
  protected:
-  std::unique_ptr<Device> dev = make_sim();
-  Stream s1 = new_stream(*dev);
-  Stream s2 = new_stream(*dev);
   uint32_t* buf = new_buffer(*dev, 4);
+
+  // The capture statuses of s1 and s2, so that one assertion checks both streams.
+  using Pair = std::pair<CaptureStatus, CaptureStatus>;
+  Pair both_statuses() { return {capture_status(*dev, s1), capture_status(*dev, s2)}; }
+  static Pair both(CaptureStatus st) { return {st, st}; }
+
+  // Records `e` in a capture of s1 and ends the capture, leaving `e` stale: the first call that did
+  // not succeed, else Success.
+  Status record_in_ended_capture(Event e) {
+    Status st = dev->stream_begin_capture(s1, CaptureMode::Global);
+    if (st == Status::Success) st = dev->event_record(e, s1);
+    Graph g;
+    return st == Status::Success ? dev->stream_end_capture(s1, &g) : st;
+  }
 };
 
 TEST_F(SimCapture, BeginOnLegacyStreamIs900) {
@@ -67,20 +79,16 @@ TEST_F(SimCapture, IdsStatusesAndMembersLeaveAfterSuccess) {
   ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
   uint64_t id = capture_id(*dev, s1);
   EXPECT_NE(id, 0u);
-  Event fork = new_event(*dev), join = new_event(*dev);
-  ASSERT_OK(dev->event_record(fork, s1));
-  ASSERT_OK(dev->stream_wait_event(s2, fork));  // s2 joins the capture
+  ASSERT_OK(fork_stream(*dev, s1, s2));  // s2 joins the capture
   EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::Active);
   EXPECT_EQ(capture_id(*dev, s2), id);
   ASSERT_OK(dev->launch(k::fill_u32(buf, 4, 3), s2));
-  ASSERT_OK(dev->event_record(join, s2));
-  ASSERT_OK(dev->stream_wait_event(s1, join));
+  ASSERT_OK(fork_stream(*dev, s2, s1));  // the join
   ASSERT_OK(dev->launch(k::increment_u32(buf, 4), s1));
   Graph g;
   ASSERT_OK(dev->stream_end_capture(s1, &g));
   EXPECT_EQ(node_count(*dev, g), 2u);
-  EXPECT_EQ(capture_status(*dev, s1), CaptureStatus::None);
-  EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::None);
+  EXPECT_EQ(both_statuses(), both(CaptureStatus::None));
   // A second capture gets a fresh id.
   ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
   EXPECT_NE(capture_id(*dev, s1), id);
@@ -89,15 +97,12 @@ TEST_F(SimCapture, IdsStatusesAndMembersLeaveAfterSuccess) {
 
 TEST_F(SimCapture, UnjoinedForkIs904WithNoGraphAndMembersLeave) {
   ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
-  Event fork = new_event(*dev);
-  ASSERT_OK(dev->event_record(fork, s1));
-  ASSERT_OK(dev->stream_wait_event(s2, fork));
+  ASSERT_OK(fork_stream(*dev, s1, s2));
   ASSERT_OK(dev->launch(k::fill_u32(buf, 4, 3), s2));  // never joined back
   Graph g{123};
   EXPECT_STATUS(Status::StreamCaptureUnjoined, dev->stream_end_capture(s1, &g));
   EXPECT_EQ(g.id, 0u);
-  EXPECT_EQ(capture_status(*dev, s1), CaptureStatus::None);
-  EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::None);
+  EXPECT_EQ(both_statuses(), both(CaptureStatus::None));
 }
 
 TEST_F(SimCapture, ForkThatDidNoWorkNeedsNoJoin) {
@@ -112,19 +117,15 @@ TEST_F(SimCapture, ForkThatDidNoWorkNeedsNoJoin) {
 
 TEST_F(SimCapture, EndOnWrongStreamIs903AndOriginStaysInvalidatedUntilEndedThere) {
   ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
-  Event fork = new_event(*dev);
-  ASSERT_OK(dev->event_record(fork, s1));
-  ASSERT_OK(dev->stream_wait_event(s2, fork));
+  ASSERT_OK(fork_stream(*dev, s1, s2));
   Graph g;
   EXPECT_STATUS(Status::StreamCaptureUnmatched, dev->stream_end_capture(s2, &g));
   EXPECT_EQ(g.id, 0u);
-  EXPECT_EQ(capture_status(*dev, s1), CaptureStatus::Invalidated);
-  EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::Invalidated);
+  EXPECT_EQ(both_statuses(), both(CaptureStatus::Invalidated));
   EXPECT_STATUS(Status::StreamCaptureInvalidated, dev->launch(k::fill_u32(buf, 4, 1), s1));
   EXPECT_STATUS(Status::StreamCaptureInvalidated, dev->stream_end_capture(s1, &g));
   EXPECT_EQ(g.id, 0u);
-  EXPECT_EQ(capture_status(*dev, s1), CaptureStatus::None);
-  EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::None);
+  EXPECT_EQ(both_statuses(), both(CaptureStatus::None));
 }
 
 TEST_F(SimCapture, InvalidatedCaptureRefusesEnqueuesWith901AndEndGivesNoGraph) {
@@ -157,8 +158,7 @@ TEST_F(SimCapture, MergingTwoCapturesIs902AndInvalidatesBoth) {
   Event e = new_event(*dev);
   ASSERT_OK(dev->event_record(e, s1));
   EXPECT_STATUS(Status::StreamCaptureMerge, dev->stream_wait_event(s2, e));
-  EXPECT_EQ(capture_status(*dev, s1), CaptureStatus::Invalidated);
-  EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::Invalidated);
+  EXPECT_EQ(both_statuses(), both(CaptureStatus::Invalidated));
   Graph g;
   EXPECT_STATUS(Status::StreamCaptureInvalidated, dev->stream_end_capture(s1, &g));
   EXPECT_STATUS(Status::StreamCaptureInvalidated, dev->stream_end_capture(s2, &g));
@@ -183,10 +183,7 @@ TEST_F(SimCapture, WaitOnUncapturedEventIs905UnlessExternal) {
 
 TEST_F(SimCapture, EventLastRecordedInACaptureIsUnusableAfterItEnds) {
   Event e = new_event(*dev);
-  ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
-  ASSERT_OK(dev->event_record(e, s1));
-  Graph g;
-  ASSERT_OK(dev->stream_end_capture(s1, &g));
+  ASSERT_OK(record_in_ended_capture(e));
   EXPECT_STATUS(Status::InvalidValue, dev->event_query(e));
   EXPECT_STATUS(Status::InvalidValue, dev->event_synchronize(e));
   EXPECT_STATUS(Status::InvalidValue, dev->stream_wait_event(s2, e));
@@ -198,10 +195,7 @@ TEST_F(SimCapture, EventLastRecordedInACaptureIsUnusableAfterItEnds) {
 
 TEST_F(SimCapture, WaitOnAStaleEventFromACapturingStreamInvalidatesIt) {
   Event e = new_event(*dev);
-  ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
-  ASSERT_OK(dev->event_record(e, s1));
-  Graph g;
-  ASSERT_OK(dev->stream_end_capture(s1, &g));
+  ASSERT_OK(record_in_ended_capture(e));
   // Measured on the H200: InvalidValue, and the waiting capture is invalidated; a query from the
   // capturing (barred) thread is InvalidValue too, not 900, and invalidates nothing.
   ASSERT_OK(dev->stream_begin_capture(s2, CaptureMode::Global));
@@ -209,6 +203,7 @@ TEST_F(SimCapture, WaitOnAStaleEventFromACapturingStreamInvalidatesIt) {
   EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::Active);
   EXPECT_STATUS(Status::InvalidValue, dev->stream_wait_event(s2, e));
   EXPECT_EQ(capture_status(*dev, s2), CaptureStatus::Invalidated);
+  Graph g;
   EXPECT_STATUS(Status::StreamCaptureInvalidated, dev->stream_end_capture(s2, &g));
 }
 
@@ -238,9 +233,7 @@ TEST_F(SimCapture, DestroyingTheOriginTerminatesTheCapture) {
 
 TEST_F(SimCapture, DestroyingAJoinedMemberLeavesItsWorkUnjoined) {
   ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
-  Event fork = new_event(*dev);
-  ASSERT_OK(dev->event_record(fork, s1));
-  ASSERT_OK(dev->stream_wait_event(s2, fork));
+  ASSERT_OK(fork_stream(*dev, s1, s2));
   ASSERT_OK(dev->launch(k::fill_u32(buf, 4, 1), s2));
   EXPECT_STATUS(Status::Success, dev->stream_destroy(s2));
   EXPECT_EQ(capture_status(*dev, s1), CaptureStatus::Active);
@@ -261,9 +254,7 @@ TEST_F(SimCapture, WaitOnANeverRecordedEventDuringCaptureIsANoOp) {
 TEST_F(SimCapture, EndOnANonOriginMemberOfAnInvalidatedCaptureIs903) {
   // Measured on the H200: the wrong-stream check comes before the invalidation check.
   ASSERT_OK(dev->stream_begin_capture(s1, CaptureMode::Global));
-  Event fork = new_event(*dev);
-  ASSERT_OK(dev->event_record(fork, s1));
-  ASSERT_OK(dev->stream_wait_event(s2, fork));
+  ASSERT_OK(fork_stream(*dev, s1, s2));
   EXPECT_STATUS(Status::StreamCaptureUnsupported, dev->device_synchronize());
   Graph g;
   EXPECT_STATUS(Status::StreamCaptureUnmatched, dev->stream_end_capture(s2, &g));

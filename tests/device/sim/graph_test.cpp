@@ -9,11 +9,8 @@ namespace {
 
 namespace k = kernels;
 
-class SimGraph : public ::testing::Test {
+class SimGraph : public TwoStreams {
  protected:
-  std::unique_ptr<Device> dev = make_sim();
-  Stream s1 = new_stream(*dev);
-  Stream s2 = new_stream(*dev);
 
   // Captures `body` on s1 into a graph.
   Graph capture(const std::function<void()>& body, CaptureMode mode = CaptureMode::Global) {
@@ -27,6 +24,11 @@ class SimGraph : public ::testing::Test {
     GraphExec e;
     EXPECT_STATUS(Status::Success, dev->graph_instantiate(&e, g, flags));
     return e;
+  }
+  // Launches `e` on s1 and waits for it: the first call that did not succeed, else Success.
+  Status replay(GraphExec e) {
+    Status st = dev->graph_launch(e, s1);
+    return st == Status::Success ? dev->stream_synchronize(s1) : st;
   }
 };
 
@@ -82,8 +84,7 @@ TEST_F(SimGraph, HostNodeRunsOncePerReplayNotAtCapture) {
   GraphExec e = instantiate(g);
   EXPECT_EQ(runs, 0);
   for (int i = 1; i <= 3; ++i) {
-    ASSERT_OK(dev->graph_launch(e, s1));
-    ASSERT_OK(dev->stream_synchronize(s1));
+    ASSERT_OK(replay(e));
     EXPECT_EQ(runs, i);
   }
 }
@@ -117,8 +118,7 @@ TEST_F(SimGraph, ExecUpdateWithSameTopologyRetargetsKernels) {
   GraphExecUpdateResult result = GraphExecUpdateResult::Error;
   EXPECT_STATUS(Status::Success, dev->graph_exec_update(e, gb, &result));
   EXPECT_EQ(result, GraphExecUpdateResult::Success);
-  ASSERT_OK(dev->graph_launch(e, s1));
-  ASSERT_OK(dev->stream_synchronize(s1));
+  ASSERT_OK(replay(e));
   EXPECT_EQ(read_word(*dev, a), 0u);
   EXPECT_EQ(read_word(*dev, b), 2u);
 }
@@ -134,8 +134,7 @@ TEST_F(SimGraph, ExecUpdateWithChangedTopologyFailsAndKeepsTheExecutable) {
   GraphExecUpdateResult result = GraphExecUpdateResult::Success;
   EXPECT_STATUS(Status::GraphExecUpdateFailure, dev->graph_exec_update(e, two, &result));
   EXPECT_EQ(result, GraphExecUpdateResult::ErrorTopologyChanged);
-  ASSERT_OK(dev->graph_launch(e, s1));
-  ASSERT_OK(dev->stream_synchronize(s1));
+  ASSERT_OK(replay(e));
   EXPECT_EQ(read_word(*dev, a), 1u) << "the executable still runs its original single node";
 }
 
@@ -172,8 +171,7 @@ TEST_F(SimGraph, ExecutableOutlivesItsGraph) {
   Graph g = capture([&] { ASSERT_OK(dev->launch(k::increment_u32(a, 1), s1)); });
   GraphExec e = instantiate(g);
   ASSERT_OK(dev->graph_destroy(g));
-  ASSERT_OK(dev->graph_launch(e, s1));
-  ASSERT_OK(dev->stream_synchronize(s1));
+  ASSERT_OK(replay(e));
   EXPECT_EQ(read_word(*dev, a), 1u);
 }
 
@@ -202,8 +200,7 @@ TEST_F(SimGraph, GraphAllocationAddressIsFixedAndHandedOutAtCapture) {
   });
   EXPECT_EQ(dev->memory_stats()[MemCategory::GraphPool].live_bytes, 0) << "not live before a launch";
   GraphExec e = instantiate(g);
-  ASSERT_OK(dev->graph_launch(e, s1));
-  ASSERT_OK(dev->stream_synchronize(s1));
+  ASSERT_OK(replay(e));
   EXPECT_EQ(read_word(*dev, static_cast<uint32_t*>(p)), 6u) << "stream work after the launch may use it";
   EXPECT_EQ(dev->memory_stats()[MemCategory::GraphPool].live_bytes, 4096);
   EXPECT_EQ(dev->memory_stats()[MemCategory::Activations].live_bytes, 0) << "accounted as GraphPool";
@@ -292,8 +289,7 @@ TEST_F(SimGraph, ExecUpdateTakesTheNewGraphsAllocationAddresses) {
   GraphExecUpdateResult result = GraphExecUpdateResult::Error;
   EXPECT_STATUS(Status::Success, dev->graph_exec_update(e, g2, &result));
   EXPECT_EQ(result, GraphExecUpdateResult::Success);
-  ASSERT_OK(dev->graph_launch(e, s1));
-  ASSERT_OK(dev->stream_synchronize(s1));
+  ASSERT_OK(replay(e));
   EXPECT_EQ(read_word(*dev, static_cast<uint32_t*>(p2)), 2u);
   EXPECT_STATUS(Status::InvalidValue, dev->free(p1)) << "never allocated";
   EXPECT_STATUS(Status::Success, dev->free(p2));
@@ -321,11 +317,9 @@ TEST_F(SimGraph, AnotherGraphMayFreeAnUnfreedGraphAllocation) {
   Graph gf = capture([&] { ASSERT_OK(dev->free_async(p, s1)); });
   GraphExec ea = instantiate(ga), ef = instantiate(gf);
   for (int i = 0; i < 2; ++i) {
-    ASSERT_OK(dev->graph_launch(ea, s1));
-    ASSERT_OK(dev->stream_synchronize(s1));
+    ASSERT_OK(replay(ea));
     EXPECT_EQ(dev->memory_stats()[MemCategory::GraphPool].live_bytes, 1024);
-    ASSERT_OK(dev->graph_launch(ef, s1));
-    ASSERT_OK(dev->stream_synchronize(s1));
+    ASSERT_OK(replay(ef));
     EXPECT_EQ(dev->memory_stats()[MemCategory::GraphPool].live_bytes, 0);
   }
 }

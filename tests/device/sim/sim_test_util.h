@@ -68,6 +68,22 @@ inline std::vector<uint32_t> read_back(Device& dev, const uint32_t* p, size_t n)
 
 inline uint32_t read_word(Device& dev, const uint32_t* p) { return read_back(dev, p, 1)[0]; }
 
+// Records a fresh event on `from` and makes `to` wait on it: `to` joins `from`'s capture, if any.
+// Returns the first call that did not succeed, so a caller can ASSERT_OK the whole step.
+inline Status fork_stream(Device& dev, Stream from, Stream to) {
+  Event e = new_event(dev);
+  Status st = dev.event_record(e, from);
+  return st == Status::Success ? dev.stream_wait_event(to, e) : st;
+}
+
+// The fixture of most sim tests: a fresh sim device and two non-blocking streams on it.
+class TwoStreams : public ::testing::Test {
+ protected:
+  std::unique_ptr<Device> dev = make_sim();
+  Stream s1 = new_stream(*dev);
+  Stream s2 = new_stream(*dev);
+};
+
 inline size_t node_count(Device& dev, Graph g) {
   size_t n = 0;
   EXPECT_STATUS(Status::Success, dev.graph_node_count(g, &n));
