@@ -38,24 +38,33 @@ def make_case(name: str, layers: List[dict], hidden: int = 8, tokens: int = 4, w
     return c
 
 
-_VALIDATOR = None
+# jsonschema is optional (the tests skip schema checks without it) and untyped: its validator is Any.
+_VALIDATOR: Any = None
+# recap.case/1's schema, which the worker schema's "case" refers to by its $id
+CASE_SCHEMA = os.path.join(os.path.dirname(DRIVERS), "reports", "schema", "recap.case.schema.json")
+WORKER_SCHEMA = os.path.join(DRIVERS, "schema", "recap.worker.schema.json")
 
 
-def schema_validator():
-    """A Draft 2020-12 validator of drivers/schema/recap.worker.schema.json, or None without
-    jsonschema."""
+def schema_validator() -> Any:
+    """A Draft 2020-12 validator of drivers/schema/recap.worker.schema.json, with recap.case/1's
+    schema in its registry, or None without jsonschema."""
     global _VALIDATOR
     if _VALIDATOR is None:
         try:
             import jsonschema
+            from referencing import Registry, Resource
         except ImportError:
             return None
-        with open(os.path.join(DRIVERS, "schema", "recap.worker.schema.json")) as f:
-            _VALIDATOR = jsonschema.Draft202012Validator(json.load(f))
+        with open(WORKER_SCHEMA) as f:
+            worker = json.load(f)
+        with open(CASE_SCHEMA) as f:
+            case = json.load(f)
+        registry: Registry[Any] = Registry().with_resource(case["$id"], Resource.from_contents(case))
+        _VALIDATOR = jsonschema.Draft202012Validator(worker, registry=registry)
     return _VALIDATOR
 
 
-def validate(header: dict, frames=None):
+def validate(header: Dict[str, Any], frames: Optional[Sequence[Frame]] = None) -> None:
     """Validates a header (with its frame descriptors) against the schema when jsonschema is
     installed."""
     v = schema_validator()

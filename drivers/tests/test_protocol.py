@@ -13,7 +13,7 @@ import unittest
 from recap_drivers.core import protocol
 from recap_drivers.core.protocol import Frame, FrameError, TruncatedError
 from recap_drivers.core.worker import serve
-from tests.helpers import DRIVERS, HAVE_TORCH, Worker
+from tests.helpers import DRIVERS, HAVE_TORCH, WORKER_SCHEMA, Worker, make_case, schema_validator
 
 
 class FakeSUT:
@@ -188,8 +188,7 @@ class SameVersionTest(unittest.TestCase):
 
 class SchemaTest(unittest.TestCase):
     def test_schema_is_valid_json_schema(self):
-        path = os.path.join(DRIVERS, "schema", "recap.worker.schema.json")
-        with open(path) as f:
+        with open(WORKER_SCHEMA) as f:
             schema = json.load(f)
         self.assertEqual(schema["$schema"], "https://json-schema.org/draft/2020-12/schema")
         try:
@@ -197,11 +196,17 @@ class SchemaTest(unittest.TestCase):
         except ImportError:
             self.skipTest("jsonschema is not installed")
         jsonschema.Draft202012Validator.check_schema(schema)
-        v = jsonschema.Draft202012Validator(schema)
+        v = schema_validator()
         v.validate({"op": "hello", "protocol": "recap.worker/1"})
         v.validate({"op": "error", "message": "x"})
         with self.assertRaises(jsonschema.ValidationError):
             v.validate({"op": "run"})
+        # "case" is recap.case/1's own schema, by reference
+        case = make_case("schema", [{"kind": "gelu"}])
+        v.validate({"op": "run", "id": 1, "case": case})
+        for bad in ({**case, "layers": []}, {**case, "faults": ["bogus"]}, {**case, "typo": 1}):
+            with self.assertRaises(jsonschema.ValidationError):
+                v.validate({"op": "run", "id": 1, "case": bad})
 
 
 if __name__ == "__main__":
