@@ -246,15 +246,6 @@ def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
     if "description" in j:
         c.description = _str(j["description"], "description")
     c.expected = j.get("expected")
-    if "faults" in j:  # recap's own fault points (docs/faults.md): kept, so the driver can skip the case
-        fs = j["faults"]
-        if not isinstance(fs, list):
-            _fail("faults", f"expected an array of fault names, got {_type_of(fs)}")
-        for i, x in enumerate(fs):
-            name = _str(x, f"faults[{i}]")
-            if name not in FAULTS:
-                _fail(f"faults[{i}]", f"unknown fault '{name}' (known: {', '.join(FAULTS)})")
-        c.faults = list(fs)
     if "hidden" in j:
         c.hidden = _int(j["hidden"], "hidden")
     if "tokens" in j:
@@ -302,6 +293,16 @@ def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
                 setattr(c, "seed_" + key, _u64(sd[key], "seeds." + key))
     if "lr" in j:
         c.lr = _f32(_num(j["lr"], "lr"))
+    # recap's own fault points (docs/faults.md), read last as spec.cpp does: kept, so the driver can skip the case
+    if "faults" in j:
+        fs = j["faults"]
+        if not isinstance(fs, list):
+            _fail("faults", f"expected an array of fault names, got {_type_of(fs)}")
+        for i, x in enumerate(fs):
+            name = _str(x, f"faults[{i}]")
+            if name not in FAULTS:
+                _fail(f"faults[{i}]", f"unknown fault '{name}' (known: {', '.join(FAULTS)})")
+        c.faults = list(fs)
     problem = validate(c)
     if problem:
         raise CaseError(problem)
