@@ -318,7 +318,7 @@ ENUMS = [
     ("layers.1.kind", ("$defs", "layer", "properties", "kind"), ("models/registry.cpp", "layer_kinds")),
     ("layers.0.checkpoint", ("$defs", "layer", "properties", "checkpoint", "anyOf", 0), ("harness/training/spec.h", "kGranularityNames")),
     ("faults.0", ("properties", "faults", "items"), ("harness/runtime/faults.h", "kFaultNames")),
-    ("sut.name", ("properties", "sut", "properties", "name"), ("harness/cli/main.cpp", "parse_sut")),
+    ("sut.name", ("properties", "sut", "properties", "name"), ("harness/cli/cli.cpp", "parse_sut")),
 ]
 
 
