@@ -49,13 +49,9 @@ with open(SENTINEL, "w") as f:
 
 # The CLI tests' bad case files (tests/cli/CMakeLists.txt): recap exits 2 on each.
 CLI_BAD = ["absurd_dims", "malformed", "negative_dims", "truncated", "unknown-fault", "unknown_kind", "unknown_sut"]
-# Where the Python reader knowingly reads more than recap: names a maintainer must remove when the
+# Where the Python reader knowingly reads more than recap (none today): names a maintainer must remove when the
 # reader starts rejecting them (the check then fails).
-PY_LENIENT = {
-    "faults: unknown name": "recap_drivers.case keeps fault names unchecked: recap validates a case before a worker sees "
-                            "it, and a driver skips any case that carries fault points",
-    "cli data unknown-fault": "the same, in tests/cli/data/unknown-fault.json",
-}
+PY_LENIENT: Dict[str, str] = {}
 
 failures: List[str] = []
 
@@ -322,7 +318,7 @@ ENUMS = [
     ("layers.1.kind", ("$defs", "layer", "properties", "kind"), ("models/registry.cpp", "layer_kinds")),
     ("layers.0.checkpoint", ("$defs", "layer", "properties", "checkpoint", "anyOf", 0), ("harness/training/spec.h", "kGranularityNames")),
     ("faults.0", ("properties", "faults", "items"), ("harness/runtime/faults.h", "kFaultNames")),
-    ("sut.name", ("properties", "sut", "properties", "name"), ("harness/cli/main.cpp", "parse_sut")),
+    ("sut.name", ("properties", "sut", "properties", "name"), ("harness/cli/cli.cpp", "parse_sut")),
 ]
 
 

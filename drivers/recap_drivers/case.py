@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NoReturn, Sequence, Set, Tuple
 
 LAYER_KINDS = ["linear", "layernorm", "rmsnorm", "gelu", "swiglu", "dropout", "attention", "mlp", "block"]
 GRANULARITIES = ["none", "full", "selective"]
@@ -26,6 +26,12 @@ DEVICE_STATES = ["shared", "per-capture"]
 WARMUP_BACKWARDS = ["backward", "grad-of-inputs"]
 DTYPES = ["fp32", "bf16"]
 SELECTIVE_ROLES = ["attn_core", "mlp", "norm"]
+# recap's own fault points, in recap's order (harness/runtime/faults.h, kFaultNames; docs/faults.md)
+FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registered", "phase-flag-leak",
+          "warmup-consumes-rng", "static-input-stale", "free-under-graph", "microbatch-index",
+          "grad-accum-not-zeroed", "alloc-in-capture", "side-stream-unjoined", "restore-across-capture",
+          "tracker-keys-drift", "hidden-param-grad", "grad-aliases-static", "pool-order",
+          "output-aliases-input-freed", "warmup-mutates-buffers", "layer-segfault"]
 
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",
@@ -140,7 +146,7 @@ def _type_of(v: Any) -> str:
     return "an object"
 
 
-def _fail(field_: str, what: str):
+def _fail(field_: str, what: str) -> NoReturn:
     raise CaseError(f"{field_}: {what}")
 
 
@@ -174,14 +180,14 @@ def _str(v: Any, f: str) -> str:
     return v
 
 
-def _enum(v: Any, f: str, choices: List[str], what: str, extra: List[str] = ()) -> str:
+def _enum(v: Any, f: str, choices: List[str], what: str, extra: Sequence[str] = ()) -> str:
     s = _str(v, f)
     if s not in choices and s not in extra:
         _fail(f, f"unknown {what} '{s}' (one of: {', '.join(choices)})")
     return s
 
 
-def _check_keys(obj: dict, where: str, known: set):
+def _check_keys(obj: Dict[str, Any], where: str, known: Set[str]) -> None:
     for k in obj:
         if k.startswith("_"):
             continue
@@ -225,7 +231,7 @@ def _parse_layer(j: Any, where: str) -> Layer:
     return l
 
 
-def parse_case(j: Any, extension_styles: List[str] = ()) -> Case:
+def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
     """Parses and validates a recap.case/1 object; raises CaseError with one line."""
     if not isinstance(j, dict):
         _fail("case", f"expected a JSON object, got {_type_of(j)}")
@@ -240,19 +246,12 @@ def parse_case(j: Any, extension_styles: List[str] = ()) -> Case:
     if "description" in j:
         c.description = _str(j["description"], "description")
     c.expected = j.get("expected")
-    if "faults" in j:  # recap's own fault points (docs/faults.md): kept, so the driver can skip the case
-        if not isinstance(j["faults"], list) or not all(isinstance(x, str) for x in j["faults"]):
-            _fail("faults", f"expected an array of fault names, got {_type_of(j['faults'])}")
-        c.faults = list(j["faults"])
     if "hidden" in j:
         c.hidden = _int(j["hidden"], "hidden")
     if "tokens" in j:
         c.tokens = _int(j["tokens"], "tokens")
     if "dtype" in j:
-        d = _str(j["dtype"], "dtype")
-        if d not in DTYPES:
-            _fail("dtype", f"unknown dtype '{d}' (one of: fp32, bf16)")
-        c.dtype = d
+        c.dtype = _enum(j["dtype"], "dtype", DTYPES, "dtype")
     if "layers" not in j:
         _fail("layers", "missing (a case needs at least one layer)")
     if not isinstance(j["layers"], list):
@@ -265,27 +264,18 @@ def parse_case(j: Any, extension_styles: List[str] = ()) -> Case:
         c.policy = _enum(j["policy"], "policy", POLICIES, "policy")
     if "executor" in j:
         c.executor = _enum(j["executor"], "executor", EXECUTORS, "executor")
-    if "warmup" in j:
-        c.warmup = _int(j["warmup"], "warmup")
-    if "replays" in j:
-        c.replays = _int(j["replays"], "replays")
-    if "microbatches" in j:
-        c.microbatches = _int(j["microbatches"], "microbatches")
+    for key in ("warmup", "replays", "microbatches"):
+        if key in j:
+            setattr(c, key, _int(j[key], key))
     if "microbatch_order" in j:
         o = j["microbatch_order"]
         if not isinstance(o, list):
             _fail("microbatch_order", f"expected an array of +1/-1, got {_type_of(o)}")
         c.microbatch_order = [_int(x, f"microbatch_order[{i}]") for i, x in enumerate(o)]
     if "generator" in j:
-        g = _str(j["generator"], "generator")
-        if g not in GENERATORS:
-            _fail("generator", f"unknown generator mode '{g}' (one of: host, graph-safe)")
-        c.generator = g
+        c.generator = _enum(j["generator"], "generator", GENERATORS, "generator mode")
     if "device_state" in j:
-        g = _str(j["device_state"], "device_state")
-        if g not in DEVICE_STATES:
-            _fail("device_state", f"unknown device-state model '{g}' (one of: shared, per-capture)")
-        c.device_state = g
+        c.device_state = _enum(j["device_state"], "device_state", DEVICE_STATES, "device-state model")
     if "warmup_backward" in j:
         c.warmup_backward = _enum(j["warmup_backward"], "warmup_backward", WARMUP_BACKWARDS, "warmup backward style")
     if "shared_pool" in j:
@@ -298,14 +288,21 @@ def parse_case(j: Any, extension_styles: List[str] = ()) -> Case:
         if not isinstance(sd, dict):
             _fail("seeds", f"expected an object {{param, data, rng}}, got {_type_of(sd)}")
         _check_keys(sd, "seeds", {"param", "data", "rng"})
-        if "param" in sd:
-            c.seed_param = _u64(sd["param"], "seeds.param")
-        if "data" in sd:
-            c.seed_data = _u64(sd["data"], "seeds.data")
-        if "rng" in sd:
-            c.seed_rng = _u64(sd["rng"], "seeds.rng")
+        for key in ("param", "data", "rng"):
+            if key in sd:
+                setattr(c, "seed_" + key, _u64(sd[key], "seeds." + key))
     if "lr" in j:
         c.lr = _f32(_num(j["lr"], "lr"))
+    # recap's own fault points (docs/faults.md), read last as spec.cpp does: kept, so the driver can skip the case
+    if "faults" in j:
+        fs = j["faults"]
+        if not isinstance(fs, list):
+            _fail("faults", f"expected an array of fault names, got {_type_of(fs)}")
+        for i, x in enumerate(fs):
+            name = _str(x, f"faults[{i}]")
+            if name not in FAULTS:
+                _fail(f"faults[{i}]", f"unknown fault '{name}' (known: {', '.join(FAULTS)})")
+        c.faults = list(fs)
     problem = validate(c)
     if problem:
         raise CaseError(problem)

@@ -8,7 +8,8 @@ import os
 import random
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import unittest
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from recap_drivers import case as case_mod
 from recap_drivers.core import protocol
@@ -26,7 +27,7 @@ except Exception:  # pragma: no cover
     HAVE_TORCH = HAVE_CUDA = False
 
 
-def make_case(name: str, layers: List[dict], hidden: int = 8, tokens: int = 4, warmup: int = 1, replays: int = 2,
+def make_case(name: str, layers: List[Dict[str, Any]], hidden: int = 8, tokens: int = 4, warmup: int = 1, replays: int = 2,
               **fields: Any) -> Dict[str, Any]:
     """A recap.case/1 case with the tests' usual settings (eager, reentrant naive checkpoints,
     two microbatches, a graph-safe generator, seeds 1 2 3, lr 0.05); `fields` add or replace."""
@@ -38,24 +39,33 @@ def make_case(name: str, layers: List[dict], hidden: int = 8, tokens: int = 4, w
     return c
 
 
-_VALIDATOR = None
+# jsonschema is optional (the tests skip schema checks without it) and untyped: its validator is Any.
+_VALIDATOR: Any = None
+# recap.case/1's schema, which the worker schema's "case" refers to by its $id
+CASE_SCHEMA = os.path.join(os.path.dirname(DRIVERS), "reports", "schema", "recap.case.schema.json")
+WORKER_SCHEMA = os.path.join(DRIVERS, "schema", "recap.worker.schema.json")
 
 
-def schema_validator():
-    """A Draft 2020-12 validator of drivers/schema/recap.worker.schema.json, or None without
-    jsonschema."""
+def schema_validator() -> Any:
+    """A Draft 2020-12 validator of drivers/schema/recap.worker.schema.json, with recap.case/1's
+    schema in its registry, or None without jsonschema."""
     global _VALIDATOR
     if _VALIDATOR is None:
         try:
             import jsonschema
+            from referencing import Registry, Resource
         except ImportError:
             return None
-        with open(os.path.join(DRIVERS, "schema", "recap.worker.schema.json")) as f:
-            _VALIDATOR = jsonschema.Draft202012Validator(json.load(f))
+        with open(WORKER_SCHEMA) as f:
+            worker = json.load(f)
+        with open(CASE_SCHEMA) as f:
+            case = json.load(f)
+        registry: Registry[Any] = Registry().with_resource(case["$id"], Resource.from_contents(case))
+        _VALIDATOR = jsonschema.Draft202012Validator(worker, registry=registry)
     return _VALIDATOR
 
 
-def validate(header: dict, frames=None):
+def validate(header: Dict[str, Any], frames: Optional[Sequence[Frame]] = None) -> None:
     """Validates a header (with its frame descriptors) against the schema when jsonschema is
     installed."""
     v = schema_validator()
@@ -72,22 +82,22 @@ class Worker:
     (`command`, e.g. `recap worker --backend sim`)."""
 
     def __init__(self, *args: str, device: str = "cpu", command: Optional[List[str]] = None,
-                 env_extra: Optional[dict] = None):
+                 env_extra: Optional[Dict[str, str]] = None) -> None:
         env = dict(os.environ, **(env_extra or {}))
         env["PYTHONPATH"] = DRIVERS + os.pathsep + env.get("PYTHONPATH", "")
         argv = command or [sys.executable, "-m", "recap_drivers", "--sut", "torch", "--device", device, *args]
         self.p: Any = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
-    def send_raw(self, data: bytes):
+    def send_raw(self, data: bytes) -> None:
         self.p.stdin.write(data)
         self.p.stdin.flush()
 
-    def send(self, header: dict, frames: Sequence[Frame] = ()):
+    def send(self, header: Dict[str, Any], frames: Sequence[Frame] = ()) -> None:
         if header.get("op") in ("hello", "run", "shutdown"):
             validate(header, list(frames))
         self.send_raw(protocol.encode_message(header, frames))
 
-    def recv(self) -> Tuple[dict, Dict[str, Frame]]:
+    def recv(self) -> Tuple[Dict[str, Any], Dict[str, Frame]]:
         msg = protocol.read_message(self.p.stdout)
         if msg is None:
             raise EOFError("worker closed stdout; stderr: " + self.p.stderr.read().decode(errors="replace")[-3000:])
@@ -95,7 +105,7 @@ class Worker:
         validate(h, frames)
         return h, {f.name: f for f in frames}
 
-    def request(self, header: dict, frames: Sequence[Frame] = ()):
+    def request(self, header: Dict[str, Any], frames: Sequence[Frame] = ()) -> Tuple[Dict[str, Any], Dict[str, Frame]]:
         self.send(header, frames)
         return self.recv()
 
@@ -143,7 +153,7 @@ def random_frames(case: dict, seed: int = 0) -> List[Frame]:
 # ---- what the GPU tests check and survey (test_torch_gpu, test_megatron_gpu) ----
 
 
-def write_survey(name: str, hello: Any, survey: list, limit: int) -> None:
+def write_survey(name: str, hello: Any, survey: List[Dict[str, Any]], limit: int) -> None:
     """The survey as JSON: in $OUT/<name> when OUT is set, and its first `limit` characters on stderr."""
     text = json.dumps({"hello": hello, "survey": survey}, indent=1)
     out = os.environ.get("OUT")
@@ -153,21 +163,24 @@ def write_survey(name: str, hello: Any, survey: list, limit: int) -> None:
     sys.stderr.write(text[:limit] + "\n")
 
 
-def mask_table(h):
+MaskRow = Tuple[int, str, str, int, str]  # (step, layer, op, microbatch, pass)
+
+
+def mask_table(h: Dict[str, Any]) -> Dict[MaskRow, str]:
     return {(s["step"], m["layer"], m["op"], m["microbatch"], m["pass"]): m["digest"]
             for s in h["steps"] for m in s["masks"]}
 
 
-def recompute_mismatches(h):
+def recompute_mismatches(h: Dict[str, Any]) -> List[str]:
     t = mask_table(h)
-    bad = []
+    bad: List[str] = []
     for (s, l, op, mb, ps), d in t.items():
         if ps == "recompute" and t.get((s, l, op, mb, "forward")) != d:
             bad.append(f"step {s} {l} mb {mb}")
     return bad
 
 
-def graphed_labels(case) -> set:
+def graphed_labels(case: Dict[str, Any]) -> Set[str]:
     """The graph labels a graphed case must show: every graphed layer's (per-layer), "iteration"."""
     if case["executor"] == "full-iteration":
         return {"iteration"}
@@ -176,7 +189,8 @@ def graphed_labels(case) -> set:
     return {f"{l['kind']}{i}" for i, l in enumerate(case["layers"]) if l.get("graphed", True)}
 
 
-def check_graphs_observed(test, h, case, per_label=None):
+def check_graphs_observed(test: unittest.TestCase, h: Dict[str, Any], case: Dict[str, Any],
+                          per_label: Optional[int] = None) -> None:
     """Every graphed layer (or the whole step) was captured and every replay step replayed it, from
     the observation's own fields (not from the phase labels); per_label: the exact count of
     captures and of replays per replay step of each label, when the executor fixes it."""
@@ -195,9 +209,10 @@ def check_graphs_observed(test, h, case, per_label=None):
                 test.assertEqual(s["replays"], {k: per_label for k in want}, f"step {s['step']}")
 
 
-def survey_entry(what, case, h, f, eager=None) -> dict:
+def survey_entry(what: str, case: Dict[str, Any], h: Dict[str, Any], f: Dict[str, Frame],
+                 eager: Optional[Tuple[Dict[str, Any], Dict[str, Frame]]] = None) -> Dict[str, Any]:
     """One survey line: what the run said, and how it compares with an eager run (h, frames)."""
-    entry = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
+    entry: Dict[str, Any] = {"what": what, "executor": case["executor"], "status": h["status"], "reason": h["reason"],
              "failure": h.get("failure"), "memory": h["memory"], "graphs": h.get("graphs"),
              "replays": [s.get("replays") for s in h["steps"]],
              "recompute_mismatches": recompute_mismatches(h)[:6]}
@@ -210,7 +225,7 @@ def survey_entry(what, case, h, f, eager=None) -> dict:
     return entry
 
 
-def first_diff(fa, fb):
+def first_diff(fa: Dict[str, Frame], fb: Dict[str, Frame]) -> str:
     for name in sorted(fb):
         if name not in fa or fa[name].data != fb[name].data:
             return name

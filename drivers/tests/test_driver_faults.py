@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import unittest
+from typing import Any, Dict, List
 
+from recap_drivers.core.protocol import Frame
 from tests.helpers import HAVE_TORCH, Worker, make_case, random_frames
 
 CASE = make_case("faults", [
@@ -29,6 +31,10 @@ def entries(h):
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
 class DriverFaultTest(unittest.TestCase):
+    frames: List[Frame]
+    clean: Dict[str, Any]
+    clean_frames: Dict[str, Frame]
+
     @classmethod
     def setUpClass(cls):
         cls.frames = random_frames(CASE, seed=9)

@@ -15,6 +15,7 @@ import copy
 import os
 import sys
 import unittest
+from typing import Any, Dict, List
 
 from tests import helpers
 from tests.helpers import HAVE_CUDA, Worker, make_case, random_frames
@@ -41,6 +42,12 @@ def megatron_worker() -> Worker:
 
 @unittest.skipUnless(HAVE_CUDA and MCORE, "needs CUDA and megatron-core")
 class MegatronGpuTest(unittest.TestCase):
+    w: Worker
+    hello: Dict[str, Any]
+    policy: str
+    rid: int
+    stderr_parts: List[str]
+
     @classmethod
     def setUpClass(cls):
         cls.w = megatron_worker()

@@ -105,6 +105,20 @@ def probe(name: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+class AgainstUnmutated(unittest.TestCase):
+    """Mutants judged against the same probe run without one (`clean`, once per class)."""
+
+    clean: dict
+
+    @staticmethod
+    def run_probe(name: str) -> dict:  # the probe with mutant `name` ("" none)
+        raise NotImplementedError
+
+    @classmethod
+    def setUpClass(cls):
+        cls.clean = cls.run_probe("")
+
+
 class Table(unittest.TestCase):
     def test_at_least_ten_named_mutants_per_sut_with_classes(self):
         self.assertGreaterEqual(len(mutants.for_sut("torch")), 10)
@@ -120,6 +134,7 @@ class Table(unittest.TestCase):
         for name in ("graph-replay-skipped", "graph-replay-rng-frozen"):
             for sut in ("torch", "megatron"):
                 m, err = mutants.requested(sut, {mutants.ENV: name})
+                assert m is not None, err
                 self.assertEqual((m.name, err), (name, ""))
         m, err = mutants.requested("megatron", {mutants.ENV: "ckpt-no-rng-preserve"})
         self.assertIsNone(m)
@@ -132,6 +147,7 @@ class Table(unittest.TestCase):
     def test_requested(self):
         self.assertEqual(mutants.requested("torch", {}), (None, ""))
         m, err = mutants.requested("torch", {mutants.ENV: "ckpt-no-rng-preserve"})
+        assert m is not None, err
         self.assertEqual((m.name, err), ("ckpt-no-rng-preserve", ""))
         m, err = mutants.requested("torch", {mutants.ENV: "mcore-param-grad-lost"})  # megatron's, not torch's
         self.assertIsNone(m)
@@ -154,12 +170,8 @@ class Table(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
-class CpuMutants(unittest.TestCase):
-    clean: dict
-
-    @classmethod
-    def setUpClass(cls):
-        cls.clean = probe("")
+class CpuMutants(AgainstUnmutated):
+    run_probe = staticmethod(probe)
 
     def test_unmutated_checkpoint_recomputes_the_forward(self):
         for style in ("reentrant", "non-reentrant"):
@@ -330,14 +342,10 @@ def fake_mcore(name: str, drop: str = "") -> dict:
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
-class MegatronMutantsOnAStub(unittest.TestCase):
+class MegatronMutantsOnAStub(AgainstUnmutated):
     """The megatron mutants' patches on recap's stand-in classes with megatron-core's names."""
 
-    clean: dict
-
-    @classmethod
-    def setUpClass(cls):
-        cls.clean = fake_mcore("")
+    run_probe = staticmethod(fake_mcore)
 
     def test_the_stub_is_right_without_a_mutant(self):
         self.assertEqual(self.clean, {"forks_differ": True, "get_states_is_live": False,

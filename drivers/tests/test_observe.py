@@ -102,6 +102,8 @@ class FakeGraph:
 
 
 class GraphObserverTest(unittest.TestCase):
+    go: GraphObserver
+
     @classmethod
     def setUpClass(cls):
         cls.go = GraphObserver()
@@ -139,7 +141,7 @@ class GraphObserverTest(unittest.TestCase):
         go.begin_run()  # a new case: the graph of the last one is unknown
         old.replay()
         bad = FakeGraph()
-        bad.fail = True
+        setattr(bad, "fail", True)  # FakeGraph.capture_end reads it
         with self.assertRaises(RuntimeError):
             bad.capture_end()
         self.assertEqual((go.captures, go.take_replays()), ({}, {}))
@@ -162,7 +164,7 @@ class GraphObserverTest(unittest.TestCase):
 
         def fn(name):
             f = lambda: None  # noqa: E731
-            f.recap_path = name
+            setattr(f, "recap_path", name)
             return f
 
         go = self.go

@@ -9,11 +9,12 @@ import os
 import struct
 import sys
 import unittest
+from typing import Any, BinaryIO, Dict, List, Tuple
 
 from recap_drivers.core import protocol
 from recap_drivers.core.protocol import Frame, FrameError, TruncatedError
 from recap_drivers.core.worker import serve
-from tests.helpers import DRIVERS, HAVE_TORCH, Worker
+from tests.helpers import DRIVERS, HAVE_TORCH, WORKER_SCHEMA, Worker, make_case, schema_validator
 
 
 class FakeSUT:
@@ -39,6 +40,13 @@ def run_loop(data: bytes):
     return rc, replies
 
 
+def read(stream: BinaryIO) -> Tuple[Dict[str, Any], List[Frame]]:
+    """A message that must be there (read_message's None is end of stream)."""
+    msg = protocol.read_message(stream)
+    assert msg is not None, "end of stream"
+    return msg
+
+
 class FramingTest(unittest.TestCase):
     def test_round_trip(self):
         f1 = Frame.from_floats("grad 0 1 2", (2, 3), [1.5, -2.0, 3.25, 0.0, -0.0, 1e-30])
@@ -46,7 +54,7 @@ class FramingTest(unittest.TestCase):
         f3 = Frame("empty", "f32", (0, 4), b"")
         data = protocol.encode_message({"op": "x", "id": 7, "v": [1.0, math.nan, math.inf, -math.inf]}, [f1, f2, f3])
         self.assertEqual(data.count(b"\n", 0, data.index(b"\n") + 1), 1)
-        h, frames = protocol.read_message(io.BytesIO(data))
+        h, frames = read(io.BytesIO(data))
         self.assertEqual(h["op"], "x")
         self.assertEqual(h["id"], 7)
         self.assertEqual(h["v"], [1.0, "nan", "inf", "-inf"])  # recap's non-finite convention
@@ -62,8 +70,8 @@ class FramingTest(unittest.TestCase):
         a = protocol.encode_message({"op": "a"}, [Frame("p", "u8", (3,), b"\n\n\n")])
         b = protocol.encode_message({"op": "b"})
         s = io.BytesIO(a + b)
-        self.assertEqual(protocol.read_message(s)[1][0].data, b"\n\n\n")  # payload newlines are data
-        self.assertEqual(protocol.read_message(s)[0]["op"], "b")
+        self.assertEqual(read(s)[1][0].data, b"\n\n\n")  # payload newlines are data
+        self.assertEqual(read(s)[0]["op"], "b")
         self.assertIsNone(protocol.read_message(s))
 
     def test_malformed(self):
@@ -77,7 +85,7 @@ class FramingTest(unittest.TestCase):
         with self.assertRaises(FrameError) as cm:
             protocol.read_message(s)
         self.assertEqual(cm.exception.request_id, 3)
-        self.assertEqual(protocol.read_message(s)[0]["op"], "next")
+        self.assertEqual(read(s)[0]["op"], "next")
 
     def test_truncated(self):
         hdr = {"op": "run", "frames": [{"name": "a", "dtype": "u8", "shape": [10], "nbytes": 10}]}
@@ -188,8 +196,7 @@ class SameVersionTest(unittest.TestCase):
 
 class SchemaTest(unittest.TestCase):
     def test_schema_is_valid_json_schema(self):
-        path = os.path.join(DRIVERS, "schema", "recap.worker.schema.json")
-        with open(path) as f:
+        with open(WORKER_SCHEMA) as f:
             schema = json.load(f)
         self.assertEqual(schema["$schema"], "https://json-schema.org/draft/2020-12/schema")
         try:
@@ -197,11 +204,17 @@ class SchemaTest(unittest.TestCase):
         except ImportError:
             self.skipTest("jsonschema is not installed")
         jsonschema.Draft202012Validator.check_schema(schema)
-        v = jsonschema.Draft202012Validator(schema)
+        v = schema_validator()
         v.validate({"op": "hello", "protocol": "recap.worker/1"})
         v.validate({"op": "error", "message": "x"})
         with self.assertRaises(jsonschema.ValidationError):
             v.validate({"op": "run"})
+        # "case" is recap.case/1's own schema, by reference
+        case = make_case("schema", [{"kind": "gelu"}])
+        v.validate({"op": "run", "id": 1, "case": case})
+        for bad in ({**case, "layers": []}, {**case, "faults": ["bogus"]}, {**case, "typo": 1}):
+            with self.assertRaises(jsonschema.ValidationError):
+                v.validate({"op": "run", "id": 1, "case": bad})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import unittest
 from recap_drivers.core.observe.digest import FNV_OFFSET, fnv1a64
 from tests import helpers as client
 
-RECAP = os.environ.get("RECAP_BIN")
+RECAP = os.environ.get("RECAP_BIN", "")
 CORPUS = os.path.join(os.path.dirname(client.DRIVERS), "corpus")
 
 

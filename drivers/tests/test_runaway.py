@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import unittest
+from typing import Dict, Optional
 
 from tests.helpers import HAVE_TORCH
 
@@ -75,7 +76,7 @@ class RunawayBackwardTest(unittest.TestCase):
     def test_self_reentrant_recompute_is_named(self):
         # without the check this backward does not end; a watchdog thread makes that a failure
         # rather than a hung test
-        result = {}
+        result: Dict[str, Optional[BaseException]] = {}
 
         def run():
             try:

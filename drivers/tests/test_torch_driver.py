@@ -11,6 +11,7 @@ import os
 import struct
 import sys
 import unittest
+from typing import Any, Dict
 
 from tests.helpers import HAVE_TORCH, Worker, make_case, random_frames
 
@@ -58,6 +59,10 @@ def tensor_of(frame):
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not importable")
 class TorchDriverTest(unittest.TestCase):
+    w: Worker
+    hello: Dict[str, Any]
+    next_id: int
+
     @classmethod
     def setUpClass(cls):
         cls.w = Worker(device=DEVICE)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import unittest
+from typing import Any, Dict
 
 from tests.helpers import (
     HAVE_CUDA,
@@ -51,6 +52,11 @@ def with_ckpt(case, how, style="reentrant", layers=(0, 1)):
 
 @unittest.skipUnless(HAVE_CUDA, "no CUDA device")
 class GpuTest(unittest.TestCase):
+    w: Worker
+    hello: Dict[str, Any]
+    dev_state: str
+    rid: int
+
     @classmethod
     def setUpClass(cls):
         cls.w = Worker(device="cuda")

@@ -86,7 +86,10 @@ class RecapModule(Observed, nn.Module):
 class WeightBias(RecapModule):
     """A module whose parameters are `weight` and an optional `bias`, named as recap names them."""
 
-    def recap_params(self):
+    weight: nn.Parameter
+    bias: Optional[nn.Parameter]
+
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
         p = [(self.recap_path + ".weight", self.weight)]
         if self.bias is not None:
             p.append((self.recap_path + ".bias", self.bias))
@@ -94,16 +97,17 @@ class WeightBias(RecapModule):
 
 
 class Linear(WeightBias):
-    def __init__(self, path: str, top: int, n_in: int, n_out: int, bias: bool, dtype, device):
+    def __init__(self, path: str, top: int, n_in: int, n_out: int, bias: bool, dtype: torch.dtype,
+                 device: torch.device) -> None:
         super().__init__(path, top)
         self.weight = nn.Parameter(torch.zeros(n_out, n_in, dtype=dtype, device=device))
         self.bias = nn.Parameter(torch.zeros(n_out, dtype=dtype, device=device)) if bias else None
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
 
 
-def _rms_norm(x, weight, eps):
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if hasattr(F, "rms_norm"):
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
     xf = x.float()
@@ -112,21 +116,21 @@ def _rms_norm(x, weight, eps):
 
 
 class Norm(WeightBias):
-    def __init__(self, path: str, top: int, width: int, rms: bool, dtype, device):
+    def __init__(self, path: str, top: int, width: int, rms: bool, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__(path, top)
         self.rms = rms
         self.width = width
         self.weight = nn.Parameter(torch.ones(width, dtype=dtype, device=device))
         self.bias = None if rms else nn.Parameter(torch.zeros(width, dtype=dtype, device=device))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.rms:
             return _rms_norm(x, self.weight, NORM_EPS)
         return F.layer_norm(x, (self.width,), self.weight, self.bias, NORM_EPS)
 
 
 class Gelu(RecapModule):
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(x, approximate="tanh")
 
 
@@ -136,7 +140,7 @@ class Dropout(RecapModule):
         self.p = p
         self.op = op
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.p == 0.0:  # recap: no draw; torch's dropout with p = 0 returns its input too
             return x
         with self.observed_site(self.recap_path, self.op):
@@ -153,7 +157,7 @@ class AttentionCore(RecapModule):
         # Megatron's tracker fork here, as its DotProductAttention draws attention dropout
         self.rng_context = contextlib.nullcontext
 
-    def forward(self, qkv):
+    def forward(self, qkv: torch.Tensor) -> torch.Tensor:
         T = qkv.shape[0]
         H, nh, dh = self.hidden, self.heads, self.dh
         q = qkv[:, 0:H].reshape(T, nh, dh).transpose(0, 1)  # [heads, T, dh]
@@ -177,44 +181,45 @@ class Chain(RecapModule):
         super().__init__(path, top)
         self.chain = nn.ModuleList(children)
 
-    def recap_params(self):
-        out = []
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
+        out: List[Tuple[str, nn.Parameter]] = []
         for c in self.chain:
             out += recap_params_of(c)
         return out
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for c in self.chain:
             x = c(x)
         return x
 
 
 class SwiGlu(RecapModule):
-    def __init__(self, path, top, hidden, ffn, dtype, device):
+    def __init__(self, path: str, top: int, hidden: int, ffn: int, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__(path, top)
         self.gate = Linear(_join(path, "gate"), top, hidden, ffn, False, dtype, device)
         self.up = Linear(_join(path, "up"), top, hidden, ffn, False, dtype, device)
         self.down = Linear(_join(path, "down"), top, ffn, hidden, False, dtype, device)
 
-    def recap_params(self):
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
         return self.gate.recap_params() + self.up.recap_params() + self.down.recap_params()
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
 class Block(RecapModule):
-    def __init__(self, path, top, ln1, attn, drop1, ln2, mlp):
+    def __init__(self, path: str, top: int, ln1: nn.Module, attn: nn.Module, drop1: nn.Module, ln2: nn.Module,
+                 mlp: nn.Module) -> None:
         super().__init__(path, top)
         self.ln1, self.attn, self.drop1, self.ln2, self.mlp = ln1, attn, drop1, ln2, mlp
 
-    def recap_params(self):
-        out = []
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
+        out: List[Tuple[str, nn.Parameter]] = []
         for c in (self.ln1, self.attn, self.drop1, self.ln2, self.mlp):
             out += recap_params_of(c)
         return out
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.drop1(self.attn(self.ln1(x)))
         h = x + a
         return h + self.mlp(self.ln2(h))
@@ -230,10 +235,10 @@ class Checkpoint(nn.Module):
         self.recap_path = getattr(inner, "recap_path", "")
         self.recap_top = getattr(inner, "recap_top", -1)
 
-    def recap_params(self):
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
         return recap_params_of(self.inner)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.utils.checkpoint.checkpoint(self.inner, x, use_reentrant=self.use_reentrant,
                                                  preserve_rng_state=True)
 
@@ -247,10 +252,10 @@ class TopLevel(Observed, nn.Module):
         self.recap_path = name
         self.recap_top = index
 
-    def recap_params(self):
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
         return recap_params_of(self.inner)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.enter_layer(self.recap_path)
         return self.inner(x)
 
@@ -281,7 +286,7 @@ def make_wrap(c: case_mod.Case, layer_index: int,
     return wrap
 
 
-def build_layer(c: case_mod.Case, i: int, device, wrap: Optional[WrapFn] = None) -> TopLevel:
+def build_layer(c: case_mod.Case, i: int, device: torch.device, wrap: Optional[WrapFn] = None) -> TopLevel:
     l = c.layers[i]
     dt = TORCH_DTYPES[c.dtype]
     h = c.hidden
@@ -315,14 +320,15 @@ def build_layer(c: case_mod.Case, i: int, device, wrap: Optional[WrapFn] = None)
     return TopLevel(w(m, "block"), name, i)
 
 
-def _attention(path, top, h, heads, p, dt, device, w):
+def _attention(path: str, top: int, h: int, heads: int, p: float, dt: torch.dtype, device: torch.device,
+               w: WrapFn) -> Chain:
     qkv = Linear(_join(path, "qkv"), top, h, 3 * h, True, dt, device)
     core = w(AttentionCore(_join(path, "core"), top, h, heads, p), "attn_core")
     proj = Linear(_join(path, "proj"), top, h, h, True, dt, device)
     return Chain(path, top, [qkv, core, proj])
 
 
-def _mlp(path, top, h, ffn, p, dt, device):
+def _mlp(path: str, top: int, h: int, ffn: int, p: float, dt: torch.dtype, device: torch.device) -> Chain:
     fc1 = Linear(_join(path, "fc1"), top, h, ffn, True, dt, device)
     gelu = Gelu(_join(path, "gelu"), top)
     fc2 = Linear(_join(path, "fc2"), top, ffn, h, True, dt, device)
@@ -335,7 +341,7 @@ class RecapParamList(nn.Module):
 
     named: List[Tuple[str, nn.Parameter]]
 
-    def check_names(self, c: case_mod.Case):
+    def check_names(self, c: case_mod.Case) -> None:
         expected = [p.name for p in case_mod.param_infos(c)]
         got = [n for n, _ in self.named]
         if got != expected:  # the two descriptions of recap's parameters must agree
@@ -353,7 +359,7 @@ class RecapParamList(nn.Module):
 class Model(RecapParamList):
     """The stack, with recap's parameter list (names, order)."""
 
-    def __init__(self, c: case_mod.Case, device, checkpoints: bool = True):
+    def __init__(self, c: case_mod.Case, device: torch.device, checkpoints: bool = True) -> None:
         super().__init__()
         self.case = c
         self.layers = nn.ModuleList(
@@ -366,12 +372,12 @@ class Model(RecapParamList):
     def layer_params(self, i: int) -> List[nn.Parameter]:
         return [p for _, p in recap_params_of(self.layers[i])]
 
-    def load(self, values: Dict[str, torch.Tensor]):
+    def load(self, values: Dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
             for n, p in self.named:
                 p.copy_(values[n].to(p.dtype))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for l in self.layers:
             x = l(x)
         return x

@@ -12,7 +12,7 @@ from typing import Dict, List
 import torch
 
 
-def collect_between_cases():
+def collect_between_cases() -> None:
     """Frees the last case's cycles (its graphs, modules, hooks). Never gc.freeze() here: an object
     a framework global still holds between cases (Megatron's) becomes garbage only in a later case,
     and frozen it would never be collected (a campaign on the H200 leaked tens of GiB that way).
@@ -23,10 +23,11 @@ def collect_between_cases():
 _holder_shown = False
 
 
-def _holder_chain(obj, mine, depth: int = 6) -> str:
+def _holder_chain(obj: object, mine: object, depth: int = 6) -> str:
     """The types on one path of referrers from `obj` up (who keeps it alive), skipping frames
     and `mine` (the caller's list that holds `obj`)."""
-    chain, seen = [], {id(obj), id(mine)}
+    chain: List[str] = []
+    seen = {id(obj), id(mine)}
     for _ in range(depth):
         refs = [r for r in gc.get_referrers(obj) if id(r) not in seen and not inspect.isframe(r)]
         if not refs:
@@ -58,7 +59,7 @@ def release_stray_graphs(trace: bool = False) -> int:
     return len(stray)
 
 
-def memory_trace(device, name: str, held: int, stray: int):
+def memory_trace(device: torch.device, name: str, held: int, stray: int) -> None:
     """With RECAP_MEMORY_TRACE=1: after each case, one stderr line with what the allocator holds,
     how much of it sits in graph pools, and how many graphs outlived the case (a leak's shape)."""
     pools = sum(s["allocated_size"] for s in torch.cuda.memory_snapshot()
@@ -73,7 +74,7 @@ def memory_trace(device, name: str, held: int, stray: int):
 _leak_reported = False
 
 
-def leak_report(held: int):
+def leak_report(held: int) -> None:
     """With RECAP_LEAK_REPORT=MiB: once `held` passes it, the allocation sites of the blocks still
     allocated (torch's memory history), largest first, on stderr: where a leak comes from."""
     global _leak_reported
@@ -84,7 +85,7 @@ def leak_report(held: int):
     allocation_sites(f"leak report at {held >> 20} MiB held")
 
 
-def allocation_sites(title: str):
+def allocation_sites(title: str) -> None:
     """The blocks allocated now, grouped by the Python frames that allocated them, largest first,
     on stderr (needs the memory history that RECAP_LEAK_REPORT turns on)."""
     sites: Dict[str, List[int]] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
-from typing import Any, Dict, Set, Tuple
+from typing import Any, Callable, Dict, Set, Tuple
 
 
 def layer_from_traceback(tb: Any) -> str:
@@ -23,10 +23,10 @@ def layer_from_traceback(tb: Any) -> str:
     return found.split(".")[0] if found else ""
 
 
-_GRAPH_LINES: Dict[Any, Tuple[set, set]] = {}
+_GRAPH_LINES: Dict[object, Tuple[Set[int], Set[int]]] = {}
 
 
-def graph_lines(fn) -> Tuple[set, set]:
+def graph_lines(fn: Callable[..., Any]) -> Tuple[Set[int], Set[int]]:
     """Absolute line numbers of a framework function's body: those inside a
     `with torch.cuda.graph(...)` block (capture), and those of statements that call
     torch.autograd.grad (its backward). Read once per function from its source, so that a

@@ -12,20 +12,20 @@ from __future__ import annotations
 import gc
 import sys
 import traceback
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Callable, Optional, TextIO
 
 from .. import PROTOCOL
 from .errors import REFUSALS
 from .protocol import FrameError, TruncatedError, error_message, read_message, write_message
 
 
-def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log=sys.stderr) -> int:
+def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log: TextIO = sys.stderr) -> int:
     """Serves requests until shutdown or EOF. The SUT is created lazily, on the first request
     that needs it, so a bad environment is reported as an error reply, not a silent death."""
     sut = None
     sut_error: Optional[str] = None
 
-    def get_sut():
+    def get_sut() -> Any:
         nonlocal sut, sut_error
         if sut is None and sut_error is None:
             try:

@@ -13,7 +13,7 @@ imported or patched. Patches that need a feature of the framework look for it (a
 closure variable) and refuse to install, with one line, when it is absent: they are written for
 torch 2.11 and megatron-core 0.15.3 and 0.19.2 by feature, not by version.
 
-Modules: this one (the table and how a worker names, lists and installs a mutant), recompute
+Modules: this one (how a worker names, lists and installs a mutant; the table is table.json), recompute
 (what a mutated recompute does), torch and megatron (the patches).
 
 `needs`: what the worker must have for the mutant to be reachable at all: "" (any device, the eager
@@ -23,10 +23,12 @@ for everything, so its mutants need "cuda".
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .megatron import (
     install_mcore_cuda_rng_not_restored,
@@ -39,6 +41,7 @@ from .megatron import (
     mcore_shift_then_run,
 )
 from .recompute import (
+    Hook,
     fresh_generator_then_run,
     recompute_inputs_detached,
     recompute_without_param_grads,
@@ -73,66 +76,31 @@ class Mutant:
 
 
 # ---- the table -------------------------------------------------------------------------------
+# table.json, one row a mutant: its fields, and how it installs: "install" names a function below,
+# called with no argument or, given "hook", with that recompute hook (and "reentrant_only").
 
-MUTANTS: List[Mutant] = [
-    Mutant("ckpt-no-rng-preserve", ("torch",), 3, "Megatron-LM dev #5841; PyTorch #170535", "",
-           "torch.utils.checkpoint runs with preserve_rng_state=False: the recompute draws other masks",
-           install_no_preserve),
-    Mutant("ckpt-recompute-fresh-generator", ("torch",), 17, "Megatron-LM dev #5841", "",
-           "the checkpoint's recompute reseeds the generators: it draws from a state nobody saved",
-           lambda: install_torch_recompute(fresh_generator_then_run)),
-    Mutant("ckpt-recompute-offset-shift", ("torch",), 16, "", "",
-           "the recompute starts one draw past the restored RNG state: every recomputed mask is shifted",
-           lambda: install_torch_recompute(shift_then_run)),
-    Mutant("ckpt-param-grad-lost", ("torch",), 11, "Megatron-LM #6373", "",
-           "a reentrant checkpoint's recompute does not reach the region's parameters: their gradients are lost",
-           lambda: install_torch_recompute(recompute_without_param_grads, reentrant_only=True)),
-    Mutant("ckpt-cpu-rng-only", ("torch",), 3, "torch.utils.checkpoint stashes devices of tensor arguments only", "cuda",
-           "torch.utils.checkpoint restores the CPU RNG state only (set_device_states does nothing)",
-           install_cpu_state_only),
-    Mutant("graph-replay-skipped", ("torch", "megatron"), 8, "", "graphs",
-           "torch._C._CUDAGraph.replay launches nothing every second call (the Python replay still runs)",
-           install_replay_skipped),
-    Mutant("graph-replay-rng-frozen", ("torch", "megatron"), 5, "Megatron-LM #5697", "graphs",
-           "each graph replay puts the CUDA generators back as they were: every replay repeats its masks",
-           install_replay_rng_frozen),
-    Mutant("graph-static-input-stale", ("torch",), 8, "PyTorch #181723; TransformerEngine #2937", "graphs",
-           "make_graphed_callables' graphed forward stops copying new inputs into its static inputs after its first call",
-           install_static_input_stale),
-    Mutant("graph-warmup-mutates-params", ("torch",), 21, "Megatron-LM #4433; TransformerEngine #3051", "graphs",
-           "make_graphed_callables' warmup iterations update the graphed callables' parameters in place",
-           install_warmup_mutates_params),
-    Mutant("ckpt-input-grad-lost", ("torch",), 11, "Megatron-LM #6373", "",
-           "a reentrant checkpoint's recompute runs on detached inputs: the region's input gradient is lost",
-           lambda: install_torch_recompute(recompute_inputs_detached, reentrant_only=True)),
-    Mutant("mcore-tracker-not-restored", ("megatron",), 17, "Megatron-LM dev #5841", "cuda",
-           "CheckpointFunction.backward's tracker set_states does nothing: tracker forks in the recompute draw other masks",
-           install_mcore_tracker_not_restored),
-    Mutant("mcore-cuda-rng-not-restored", ("megatron",), 3, "Megatron-LM dev #5841; PyTorch #170535", "cuda",
-           "CheckpointFunction.backward's _set_cuda_rng_state rewinds nothing, as a saved live handle",
-           install_mcore_cuda_rng_not_restored),
-    Mutant("mcore-param-grad-lost", ("megatron",), 11, "Megatron-LM #6373", "cuda",
-           "CheckpointFunction's recompute runs with the region's parameters not requiring grad: weight gradients lost",
-           lambda: install_mcore_recompute(recompute_without_param_grads)),
-    Mutant("mcore-recompute-offset-shift", ("megatron",), 16, "", "cuda",
-           "CheckpointFunction's recompute starts one draw past the restored default and tracker states",
-           lambda: install_mcore_recompute(mcore_shift_then_run)),
-    Mutant("mcore-tracker-states-live", ("megatron",), 3, "Megatron-LM dev #5841; PyTorch #170535", "cuda",
-           "CudaRNGStatesTracker.get_states returns its live dict: the checkpoint's snapshot holds the forward's advanced states",
-           install_mcore_tracker_states_live),
-    Mutant("mcore-recompute-default-generator", ("megatron",), 17, "Megatron-LM dev #5841", "cuda",
-           "tracker forks inside CheckpointFunction's recompute do nothing: it draws from the default generator",
-           install_mcore_recompute_default_generator),
-    Mutant("mcore-fork-not-advancing", ("megatron",), 5, "Megatron-LM #5697", "cuda",
-           "CudaRNGStatesTracker.fork puts the named state back on exit (eagerly): every fork draws the same masks",
-           install_mcore_fork_not_advancing),
-    Mutant("mcore-input-grad-lost", ("megatron",), 11, "Megatron-LM #6373", "cuda",
-           "CheckpointFunction's recompute runs on detached inputs: the checkpointed region's input gets no gradient",
-           lambda: install_mcore_recompute(recompute_inputs_detached)),
-    Mutant("mcore-grad-buffer-not-zeroed", ("megatron",), 21, "", "cuda",
-           "DistributedDataParallel.zero_grad_buffer does nothing: main_grad accumulates across steps",
-           install_mcore_grad_buffer_not_zeroed),
-]
+_INSTALLS: Dict[str, Callable[..., None]] = {f.__name__: f for f in (
+    install_no_preserve, install_torch_recompute, install_cpu_state_only, install_replay_skipped,
+    install_replay_rng_frozen, install_static_input_stale, install_warmup_mutates_params,
+    install_mcore_tracker_not_restored, install_mcore_cuda_rng_not_restored, install_mcore_recompute,
+    install_mcore_tracker_states_live, install_mcore_recompute_default_generator, install_mcore_fork_not_advancing,
+    install_mcore_grad_buffer_not_zeroed)}
+_HOOKS: Dict[str, Hook] = {f.__name__: f for f in (
+    fresh_generator_then_run, shift_then_run, recompute_without_param_grads, recompute_inputs_detached,
+    mcore_shift_then_run)}
+
+
+def _mutant(row: Dict[str, Any]) -> Mutant:
+    install = _INSTALLS[row["install"]]
+    if "hook" in row:
+        opts = {"reentrant_only": True} if row.get("reentrant_only") else {}
+        install = functools.partial(install, _HOOKS[row["hook"]], **opts)
+    return Mutant(row["name"], tuple(row["suts"]), row["bug_class"], row["upstream"], row["needs"],
+                  row["description"], install)
+
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "table.json")) as _f:
+    MUTANTS: List[Mutant] = [_mutant(row) for row in json.load(_f)]
 
 BY_NAME: Dict[str, Mutant] = {m.name: m for m in MUTANTS}
 
@@ -141,7 +109,7 @@ def for_sut(sut: str) -> List[Mutant]:
     return [m for m in MUTANTS if sut in m.suts]
 
 
-def requested(sut: str, environ=None) -> "tuple[Optional[Mutant], str]":
+def requested(sut: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Optional[Mutant], str]:
     """(the mutant RECAP_FRAMEWORK_MUTANT names, "") or (None, "") when unset, or (None, one line)."""
     name = (os.environ if environ is None else environ).get(ENV, "")
     if not name:
@@ -153,7 +121,7 @@ def requested(sut: str, environ=None) -> "tuple[Optional[Mutant], str]":
     return m, ""
 
 
-def not_reachable(m: Mutant, caps: dict, device: str) -> str:
+def not_reachable(m: Mutant, caps: Dict[str, Any], device: str) -> str:
     """"" when the worker can fire m, else why not (one line)."""
     if m.needs == "graphs" and not caps.get("graphs", False):
         return f"needs CUDA graphs; this worker runs on {device} (the eager executor only)"
@@ -162,7 +130,7 @@ def not_reachable(m: Mutant, caps: dict, device: str) -> str:
     return ""
 
 
-def listing(sut: str, caps: dict, device: str) -> List[dict]:
+def listing(sut: str, caps: Dict[str, Any], device: str) -> List[Dict[str, Any]]:
     """The hello's "mutants": every mutant of this SUT, and whether this worker can fire it."""
     return [{"name": m.name, "bug_class": m.bug_class, "upstream": m.upstream, "cpu": m.cpu,
              "description": m.description, "not_exercised": not_reachable(m, caps, device)}

@@ -7,13 +7,17 @@ from __future__ import annotations
 import contextlib
 import sys
 from types import FrameType
+from typing import Any, ContextManager, Dict, Iterator, Optional, Tuple
 
-from .recompute import on_recompute
+from .recompute import Fn, Hook, on_recompute
+
+# megatron-core's modules, classes and their instances (`self` of a patched method) are imported at
+# run time and untyped: Any here.
 
 # ---- megatron-core tensor_parallel.random ----------------------------------------------------
 
 
-def _mcore_random():
+def _mcore_random() -> Any:
     from megatron.core.tensor_parallel import random as r
 
     if not hasattr(r, "CheckpointFunction"):
@@ -21,7 +25,7 @@ def _mcore_random():
     return r
 
 
-def _in_random_py(f, name: str) -> bool:
+def _in_random_py(f: Optional[FrameType], name: str) -> bool:
     return f is not None and f.f_code.co_name == name and f.f_code.co_filename.replace("\\", "/").endswith(
         "megatron/core/tensor_parallel/random.py")
 
@@ -36,18 +40,18 @@ def _called_from_checkpoint_backward() -> bool:
     return _in_random_py(f, "backward")
 
 
-def install_mcore_recompute(hook):
+def install_mcore_recompute(hook: Hook) -> None:
     r = _mcore_random()
     cf = r.CheckpointFunction
     orig = cf.forward  # a staticmethod: (ctx, run_function, distribute_saved_activations, *args)
 
-    def forward(ctx, run_function, *rest):
+    def forward(ctx: Any, run_function: Fn, *rest: Any) -> Any:
         return orig(ctx, on_recompute(run_function, hook), *rest)
 
     cf.forward = staticmethod(forward)
 
 
-def install_mcore_tracker_not_restored():
+def install_mcore_tracker_not_restored() -> None:
     r = _mcore_random()
     # the class, not get_cuda_rng_tracker(): that call would initialize the tracker with default
     # arguments before the driver does (and later initializations are ignored: class 23)
@@ -57,7 +61,7 @@ def install_mcore_tracker_not_restored():
             raise RuntimeError(f"{cls.__name__} has no set_states")
         orig = cls.__dict__["set_states"]
 
-        def set_states(self, states, _orig=orig):
+        def set_states(self: Any, states: Dict[str, Any], _orig: Fn = orig) -> Any:
             if _called_from_checkpoint_backward():
                 return None  # the recompute forks tracker states nobody restored
             return _orig(self, states)
@@ -65,14 +69,14 @@ def install_mcore_tracker_not_restored():
         cls.set_states = set_states
 
 
-def install_mcore_cuda_rng_not_restored():
+def install_mcore_cuda_rng_not_restored() -> None:
     r = _mcore_random()
     names = set(r.CheckpointFunction.backward.__code__.co_names)
     if not hasattr(r, "_set_cuda_rng_state") or not names & {"_set_cuda_rng_state", "_set_all_rng_states"}:
         raise RuntimeError("CheckpointFunction.backward does not restore through _set_cuda_rng_state")
     orig = r._set_cuda_rng_state
 
-    def _set_cuda_rng_state(*args, **kwargs):
+    def _set_cuda_rng_state(*args: Any, **kwargs: Any) -> Any:
         if _called_from_checkpoint_backward():
             return None  # as a saved live handle restores: nothing rewinds
         return orig(*args, **kwargs)
@@ -80,7 +84,7 @@ def install_mcore_cuda_rng_not_restored():
     r._set_cuda_rng_state = _set_cuda_rng_state
 
 
-def mcore_shift_then_run(fn, args, kwargs):
+def mcore_shift_then_run(fn: Fn, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
     import torch
 
     torch.rand(1, device="cuda")
@@ -97,7 +101,7 @@ def mcore_shift_then_run(fn, args, kwargs):
 # ---- megatron-core: the tracker, the recompute's RNG, DDP's grad buffers ---------------------
 
 
-def _tracker_class():
+def _tracker_class() -> Tuple[Any, Any]:
     r = _mcore_random()
     cls = getattr(r, "CudaRNGStatesTracker", None)
     if cls is None:
@@ -105,26 +109,26 @@ def _tracker_class():
     return r, cls
 
 
-def _own(cls, name: str):
+def _own(cls: Any, name: str) -> Any:
     if name not in cls.__dict__:
         raise RuntimeError(f"{cls.__name__} has no {name}")
     return cls.__dict__[name]
 
 
-def install_mcore_tracker_states_live():
+def install_mcore_tracker_states_live() -> None:
     _, cls = _tracker_class()
     _own(cls, "get_states")
     if "states_" not in getattr(_own(cls, "set_states"), "__code__", compile("", "", "exec")).co_names:
         raise RuntimeError("CudaRNGStatesTracker keeps its states elsewhere than states_")
 
-    def get_states(self):
+    def get_states(self: Any) -> Dict[str, Any]:
         return self.states_  # the live dict: the forward's fork exit writes its advance into the snapshot
 
-    get_states.recap_mutant = True
+    setattr(get_states, "recap_mutant", True)
     cls.get_states = get_states
 
 
-def _fork_name_default(fork) -> str:
+def _fork_name_default(fork: Fn) -> str:
     import inspect
 
     p = inspect.signature(fork).parameters.get("name")
@@ -133,14 +137,14 @@ def _fork_name_default(fork) -> str:
     return p.default
 
 
-def install_mcore_fork_not_advancing():
+def install_mcore_fork_not_advancing() -> None:
     import torch
 
     _, cls = _tracker_class()
     orig = _own(cls, "fork")
     default = _fork_name_default(orig)
 
-    def snap(st):
+    def snap(st: Any) -> Optional[Tuple[str, Any]]:  # a tracker state: a tensor or a generator
         if isinstance(st, torch.Tensor):
             return ("tensor", st)  # a host-mode state is a fresh tensor per fork: keep the old one
         if isinstance(st, torch.Generator) and not torch.cuda.is_current_stream_capturing():
@@ -148,7 +152,7 @@ def install_mcore_fork_not_advancing():
         return None
 
     @contextlib.contextmanager
-    def fork(self, name=default):
+    def fork(self: Any, name: str = default) -> Iterator[None]:
         saved = snap(self.states_.get(name))
         with orig(self, name):
             yield
@@ -159,25 +163,25 @@ def install_mcore_fork_not_advancing():
         else:
             self.states_[name].set_state(saved[1])
 
-    fork.recap_mutant = True
+    setattr(fork, "recap_mutant", True)
     cls.fork = fork
 
 
-def install_mcore_recompute_default_generator():
+def install_mcore_recompute_default_generator() -> None:
     _, cls = _tracker_class()
     orig = _own(cls, "fork")
     default = _fork_name_default(orig)
     in_recompute = [0]
 
-    def fork(self, name=default):
+    def fork(self: Any, name: str = default) -> ContextManager[None]:
         if in_recompute[0]:
             return contextlib.nullcontext()  # the recompute draws from the default generator
         return orig(self, name)
 
-    fork.recap_mutant = True
+    setattr(fork, "recap_mutant", True)
     cls.fork = fork
 
-    def hook(fn, args, kwargs):
+    def hook(fn: Fn, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         in_recompute[0] += 1
         try:
             return fn(*args, **kwargs)
@@ -187,7 +191,7 @@ def install_mcore_recompute_default_generator():
     install_mcore_recompute(hook)
 
 
-def install_mcore_grad_buffer_not_zeroed():
+def install_mcore_grad_buffer_not_zeroed() -> None:
     try:
         from megatron.core.distributed import distributed_data_parallel as d
     except ImportError as e:
@@ -197,8 +201,8 @@ def install_mcore_grad_buffer_not_zeroed():
         raise RuntimeError("megatron.core.distributed has no DistributedDataParallel")
     _own(cls, "zero_grad_buffer")
 
-    def zero_grad_buffer(self, *args, **kwargs):
+    def zero_grad_buffer(self: Any, *args: Any, **kwargs: Any) -> None:
         return None  # main_grad keeps the last step's gradients: the next step accumulates onto them
 
-    zero_grad_buffer.recap_mutant = True
+    setattr(zero_grad_buffer, "recap_mutant", True)
     cls.zero_grad_buffer = zero_grad_buffer

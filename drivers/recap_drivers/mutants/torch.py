@@ -3,39 +3,46 @@ CUDAGraph.replay). Each install_* patches torch's own function; torch is importe
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from .recompute import on_recompute
+from .recompute import Fn, Hook, on_recompute
+
+if TYPE_CHECKING:  # imported when a mutant is installed, not with this module
+    import torch
+
+# What a patch does to a call: patched functions take what torch's take (hence Any).
+Transform = Callable[[Fn, Dict[str, Any]], Fn]  # (checkpointed function, checkpoint's kwargs) -> function
+WrapCall = Callable[[Fn, Tuple[Any, ...], Dict[str, Any]], Any]  # (original, args, kwargs) -> result
 
 # ---- torch.utils.checkpoint ------------------------------------------------------------------
 
 
-def _patch_torch_checkpoint(transform):
+def _patch_torch_checkpoint(transform: Transform) -> None:
     """torch.utils.checkpoint.checkpoint(function, *args, **kw) -> transform(function, kw) first.
     Callers look it up on the module at call time (the drivers' core/layers.py does)."""
     import torch.utils.checkpoint as cp
 
     orig = cp.checkpoint
 
-    def checkpoint(function, *args, **kwargs):
+    def checkpoint(function: Fn, *args: Any, **kwargs: Any) -> Any:
         function = transform(function, kwargs)
         return orig(function, *args, **kwargs)
 
-    checkpoint.__wrapped__ = orig
-    checkpoint.recap_mutant = True
-    cp.checkpoint = checkpoint
+    setattr(checkpoint, "__wrapped__", orig)
+    setattr(checkpoint, "recap_mutant", True)
+    setattr(cp, "checkpoint", checkpoint)
 
 
-def install_no_preserve():
-    def t(function, kwargs):
+def install_no_preserve() -> None:
+    def t(function: Fn, kwargs: Dict[str, Any]) -> Fn:
         kwargs["preserve_rng_state"] = False
         return function
 
     _patch_torch_checkpoint(t)
 
 
-def install_torch_recompute(hook, reentrant_only=False):
-    def t(function, kwargs):
+def install_torch_recompute(hook: Hook, reentrant_only: bool = False) -> None:
+    def t(function: Fn, kwargs: Dict[str, Any]) -> Fn:
         if reentrant_only and kwargs.get("use_reentrant") is False:
             return function
         return on_recompute(function, hook)
@@ -43,37 +50,37 @@ def install_torch_recompute(hook, reentrant_only=False):
     _patch_torch_checkpoint(t)
 
 
-def install_cpu_state_only():
+def install_cpu_state_only() -> None:
     import torch.utils.checkpoint as cp
 
     if not hasattr(cp, "set_device_states"):
         raise RuntimeError("torch.utils.checkpoint has no set_device_states")
 
-    def set_device_states(devices, states, *, device_type=None):
+    def set_device_states(devices: Any, states: Any, *, device_type: Optional[str] = None) -> None:
         return None  # the device generators keep whatever state the backward left them in
 
-    set_device_states.recap_mutant = True
-    cp.set_device_states = set_device_states
+    setattr(set_device_states, "recap_mutant", True)
+    setattr(cp, "set_device_states", set_device_states)
 
 
 # ---- torch CUDA graphs -----------------------------------------------------------------------
 
 
-def _patch_cuda_graph_replay(make):
+def _patch_cuda_graph_replay(make: Callable[[Fn], Fn]) -> None:
     """torch._C._CUDAGraph.replay, the C++ method below torch.cuda.CUDAGraph.replay (which the
     driver's observer wraps to count replays: it still sees every call)."""
     import torch
 
     base = torch._C._CUDAGraph
     orig = base.replay
-    base.replay = make(orig)
+    setattr(base, "replay", make(orig))
 
 
-def install_replay_skipped():
+def install_replay_skipped() -> None:
     calls = [0]
 
-    def make(orig):
-        def replay(self):
+    def make(orig: Fn) -> Fn:
+        def replay(self: torch._C._CUDAGraph) -> None:
             calls[0] += 1
             if calls[0] % 2 == 0:
                 return None  # every second replay launches nothing: its outputs are the last replay's
@@ -84,11 +91,11 @@ def install_replay_skipped():
     _patch_cuda_graph_replay(make)
 
 
-def install_replay_rng_frozen():
+def install_replay_rng_frozen() -> None:
     import torch
 
-    def make(orig):
-        def replay(self):
+    def make(orig: Fn) -> Fn:
+        def replay(self: torch._C._CUDAGraph) -> None:
             gens = list(torch.cuda.default_generators)
             saved = [g.get_state() for g in gens]
             orig(self)
@@ -100,7 +107,7 @@ def install_replay_rng_frozen():
     _patch_cuda_graph_replay(make)
 
 
-def _mgc_module():
+def _mgc_module() -> Any:  # torch.cuda.graphs, whose functions the mutants replace
     import torch.cuda.graphs as graphs
 
     if not hasattr(graphs, "make_graphed_callables"):
@@ -108,29 +115,29 @@ def _mgc_module():
     return graphs
 
 
-def _patch_mgc(wrap_call):
+def _patch_mgc(wrap_call: WrapCall) -> None:
     """torch.cuda.make_graphed_callables (both names torch exports) -> wrap_call(orig, args, kw)."""
     import torch
 
     graphs = _mgc_module()
     orig = graphs.make_graphed_callables
 
-    def make_graphed_callables(*args, **kwargs):
+    def make_graphed_callables(*args: Any, **kwargs: Any) -> Any:
         return wrap_call(orig, args, kwargs)
 
-    make_graphed_callables.__wrapped__ = orig
+    setattr(make_graphed_callables, "__wrapped__", orig)
     graphs.make_graphed_callables = make_graphed_callables
-    torch.cuda.make_graphed_callables = make_graphed_callables
+    setattr(torch.cuda, "make_graphed_callables", make_graphed_callables)
 
 
-def _freevars(fn) -> Dict[str, object]:
+def _freevars(fn: Any) -> Dict[str, Any]:  # fn: any callable; its closure cells
     code = getattr(fn, "__code__", None)
     if code is None or not fn.__closure__:
         return {}
     return dict(zip(code.co_freevars, fn.__closure__))
 
 
-def install_static_input_stale():
+def install_static_input_stale() -> None:
     graphs = _mgc_module()
     inner = [c for c in graphs.make_graphed_callables.__code__.co_consts
              if getattr(c, "co_name", "") == "make_graphed_autograd_function"]
@@ -138,18 +145,18 @@ def install_static_input_stale():
         raise RuntimeError("torch.cuda.make_graphed_callables copies static inputs in a way this mutant "
                            "does not know (no len_user_args)")
 
-    def len_cell(graphed_fn):
+    def len_cell(graphed_fn: Fn) -> Any:  # the closure cell of len_user_args, or None
         graphed_cls = _freevars(graphed_fn).get("Graphed")
         fwd = getattr(graphed_cls.cell_contents, "forward", None) if graphed_cls else None
         return _freevars(fwd).get("len_user_args") if fwd else None
 
-    def stale_after_first(graphed_fn):
+    def stale_after_first(graphed_fn: Fn) -> Fn:
         cell = len_cell(graphed_fn)
         if cell is None:
             raise RuntimeError("graphed callable without a len_user_args closure")
         calls = [0]
 
-        def run(*a, **k):
+        def run(*a: Any, **k: Any) -> Any:
             calls[0] += 1
             out = graphed_fn(*a, **k)
             if calls[0] == 1:
@@ -158,12 +165,12 @@ def install_static_input_stale():
 
         return run
 
-    def wrap_call(orig, args, kwargs):
+    def wrap_call(orig: Fn, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         import torch.nn as nn
 
         ret = orig(*args, **kwargs)
         one = not isinstance(ret, tuple)
-        out = []
+        out: List[Any] = []
         for r in ([ret] if one else list(ret)):
             if isinstance(r, nn.Module):
                 g = _freevars(r.forward).get("graphed")
@@ -177,18 +184,18 @@ def install_static_input_stale():
     _patch_mgc(wrap_call)
 
 
-def _module_forward(module, graphed):
+def _module_forward(module: torch.nn.Module, graphed: Fn) -> Fn:
     training = module.training
     orig = module.forward
 
-    def new_fwd(*a, **k):
+    def new_fwd(*a: Any, **k: Any) -> Any:
         return graphed(*a, **k) if module.training == training else orig(*a, **k)
 
     return new_fwd
 
 
-def install_warmup_mutates_params():
-    def wrap_call(orig, args, kwargs):
+def install_warmup_mutates_params() -> None:
+    def wrap_call(orig: Fn, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         import torch
         import torch.nn as nn
 
@@ -198,13 +205,13 @@ def install_warmup_mutates_params():
         cs = (callables,) if one else tuple(callables)
         ss = (samples,) if one else tuple(samples)
 
-        def params(c, sample):
+        def params(c: Fn, sample: Tuple[Any, ...]) -> List[torch.nn.Parameter]:
             if isinstance(c, nn.Module):
                 return list(c.parameters())
             return [t for t in sample if isinstance(t, nn.Parameter)]
 
-        def warmup_updates(c, ps):
-            def run(*a, **k):
+        def warmup_updates(c: Fn, ps: List[torch.nn.Parameter]) -> Fn:
+            def run(*a: Any, **k: Any) -> Any:
                 out = c(*a, **k)
                 if not torch.cuda.is_current_stream_capturing():
                     with torch.no_grad():  # an in-place update during make_graphed_callables' warmup
@@ -214,11 +221,12 @@ def install_warmup_mutates_params():
 
             return run
 
-        hooks, new = [], []
+        hooks: List[torch.utils.hooks.RemovableHandle] = []
+        new: List[Fn] = []
         for c, s in zip(cs, ss):
             ps = params(c, s)
             if isinstance(c, nn.Module):
-                def hook(mod, inp, out, ps=ps):
+                def hook(mod: torch.nn.Module, inp: Any, out: Any, ps: List[torch.nn.Parameter] = ps) -> None:
                     if not torch.cuda.is_current_stream_capturing():
                         with torch.no_grad():
                             for p in ps:

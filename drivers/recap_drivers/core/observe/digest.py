@@ -5,6 +5,11 @@ need no torch; pack_bits_torch and tensor_bytes import it when called."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when called, not with this module
+    import torch
+
 FNV_OFFSET = 1469598103934665603
 FNV_PRIME = 1099511628211
 MASK64 = (1 << 64) - 1
@@ -38,7 +43,7 @@ def mask_digest(kept: bytes) -> str:
     return "%016x" % fnv1a64(pack_mask_bits(kept))
 
 
-def pack_bits_torch(kept) -> bytes:
+def pack_bits_torch(kept: torch.Tensor) -> bytes:
     """pack_mask_bits() for a CPU uint8 tensor, vectorized."""
     import torch
 
@@ -51,7 +56,7 @@ def pack_bits_torch(kept) -> bytes:
     return tensor_bytes(packed)
 
 
-def tensor_bytes(t) -> bytes:
+def tensor_bytes(t: torch.Tensor) -> bytes:
     """Raw bytes of a CPU tensor, without numpy."""
     import torch
 

@@ -4,7 +4,7 @@ when used: the counting works on any graph class (tests use a fake one)."""
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 
 class GraphObserver:
@@ -21,12 +21,13 @@ class GraphObserver:
     def __init__(self) -> None:
         self.active = False
         self.label = ""
-        self.resolvers: List = []
+        self.resolvers: List[Callable[[object], Optional[str]]] = []
         self.captures: Dict[str, int] = {}
         self.replays: Dict[str, int] = {}  # since the last take_replays()
         self._labels: Dict[int, str] = {}  # id(graph) -> label, graphs captured in this run
 
-    def install(self, cls=None):
+    # cls: torch.cuda.CUDAGraph or a test's fake graph class, patched at class level (hence Any)
+    def install(self, cls: Any = None) -> None:
         if cls is None:
             import torch
 
@@ -36,26 +37,27 @@ class GraphObserver:
         end, replay = cls.capture_end, cls.replay
         obs = self
 
-        def capture_end(graph, *args, **kwargs):
+        def capture_end(graph: object, *args: Any, **kwargs: Any) -> Any:
             r = end(graph, *args, **kwargs)
             obs._captured(graph)
             return r
 
-        def replay_(graph, *args, **kwargs):
+        def replay_(graph: object, *args: Any, **kwargs: Any) -> Any:
             r = replay(graph, *args, **kwargs)
             obs._replayed(graph)
             return r
 
-        capture_end.__wrapped__, replay_.__wrapped__ = end, replay
+        setattr(capture_end, "__wrapped__", end)
+        setattr(replay_, "__wrapped__", replay)
         cls.capture_end, cls.replay = capture_end, replay_
         setattr(cls, self._MARK, self)
 
-    def begin_run(self):
+    def begin_run(self) -> None:
         self.active = True
         self.label = ""
         self.captures, self.replays, self._labels = {}, {}, {}
 
-    def end_run(self):
+    def end_run(self) -> None:
         self.active = False
         self.label = ""
         self._labels = {}
@@ -64,7 +66,7 @@ class GraphObserver:
         out, self.replays = self.replays, {}
         return out
 
-    def _captured(self, graph):
+    def _captured(self, graph: object) -> None:
         if not self.active:
             return
         label = None
@@ -79,7 +81,7 @@ class GraphObserver:
         self.captures[label] = self.captures.get(label, 0) + 1
         self._labels[id(graph)] = label
 
-    def _replayed(self, graph):
+    def _replayed(self, graph: object) -> None:
         label = self._labels.get(id(graph)) if self.active else None
         if label is not None:
             self.replays[label] = self.replays.get(label, 0) + 1

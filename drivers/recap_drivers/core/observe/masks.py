@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
@@ -53,7 +53,8 @@ class Position:
     microbatch: int = -1
     step: int = -1
 
-    def set(self, phase=None, pass_=None, layer=None, microbatch=None, step=None):
+    def set(self, phase: Optional[str] = None, pass_: Optional[str] = None, layer: Optional[str] = None,
+            microbatch: Optional[int] = None, step: Optional[int] = None) -> None:
         if phase is not None:
             self.phase = phase
         if pass_ is not None:
@@ -65,7 +66,7 @@ class Position:
         if step is not None:
             self.step = step
 
-    def enter_layer(self, name: str):
+    def enter_layer(self, name: str) -> None:
         """Called by a top-level layer's forward (also when it is recomputed inside backward)."""
         self.layer = name
         if in_backward():
@@ -89,7 +90,7 @@ MaskKey = Tuple[str, str, int, str]  # (layer, op, microbatch, pass)
 DrawKey = Tuple[str, str, int, str, int]  # (layer, op, microbatch, pass, index)
 
 
-def _is_checkpoint_frame(code, f_locals_of) -> bool:
+def _is_checkpoint_frame(code: CodeType, f_locals_of: Callable[[], Dict[str, Any]]) -> bool:
     """Whether a Python frame runs a checkpointed region that owes a recompute of what it draws:
     torch.utils.checkpoint's reentrant CheckpointFunction.forward; torch's non-reentrant
     checkpoint, whose function runs in `checkpoint()` itself between the two next(gen) of
@@ -194,7 +195,7 @@ class MaskObserver(TorchDispatchMode):
     def _want_global(self) -> bool:
         return self.started and (self._mode == "build" or self.site_resolver is not None)
 
-    def _sync_global(self):
+    def _sync_global(self) -> None:
         want = self._want_global()
         if want and not self._global and not self._scoped:
             self.__enter__()
@@ -210,7 +211,7 @@ class MaskObserver(TorchDispatchMode):
         self._scoped = 1
         return True
 
-    def _pop_scoped(self):
+    def _pop_scoped(self) -> None:
         self.__exit__(None, None, None)
         self._scoped = 0
 
@@ -219,17 +220,17 @@ class MaskObserver(TorchDispatchMode):
         return self._mode
 
     @mode.setter
-    def mode(self, value: str):
+    def mode(self, value: str) -> None:
         self._mode = value
         self._sync_global()
 
-    def start(self):
+    def start(self) -> None:
         """The run begins: this observer sees its dropout sites (and everything, while
         building graphs or under a site_resolver)."""
         self.started = True
         self._sync_global()
 
-    def stop(self):
+    def stop(self) -> None:
         self.started = False
         self._sync_global()
 
@@ -247,7 +248,7 @@ class MaskObserver(TorchDispatchMode):
                 self._pop_scoped()
             self.sites.pop()
 
-    def plan(self, keys_numel: List[Tuple[MaskKey, int]]):
+    def plan(self, keys_numel: List[Tuple[MaskKey, int]]) -> None:
         """Buffers of the first draw (index 0) of each key, before any capture; a key's later
         draws get theirs when they happen (late_allocations)."""
         for key, n in keys_numel:
@@ -255,7 +256,7 @@ class MaskObserver(TorchDispatchMode):
             if k5 not in self.buffers:
                 self.buffers[k5] = torch.zeros(n, dtype=torch.uint8, device=self.device)
 
-    def _buffer(self, k5, numel: int, device):
+    def _buffer(self, k5: DrawKey, numel: int, device: torch.device) -> torch.Tensor:
         buf = self.buffers.get(k5)
         if buf is None or buf.numel() != numel:
             buf = torch.zeros(numel, dtype=torch.uint8, device=device)
@@ -263,12 +264,12 @@ class MaskObserver(TorchDispatchMode):
             self.late_allocations += 1
         return buf
 
-    def begin_step(self):
+    def begin_step(self) -> None:
         self.step_keys = {}
         self.forward_ops = 0
         self.backward_ops = 0
 
-    def _count_op(self):
+    def _count_op(self) -> None:
         if current_autograd_node() is None:  # outside the autograd engine
             self.forward_ops += 1
             return
@@ -279,7 +280,7 @@ class MaskObserver(TorchDispatchMode):
                 f"{self.backward_ops} ops for the {self.forward_ops} of its forward (more than "
                 f"{RUNAWAY_FACTOR} times as many, plus {RUNAWAY_FLOOR}), in {self.position.layer or 'the model'}")
 
-    def _record(self, mask, where):
+    def _record(self, mask: torch.Tensor, where: Tuple[str, str]) -> None:
         layer, op = where
         forward = current_autograd_node() is None
         pass_ = "forward" if forward else "recompute"
@@ -304,7 +305,9 @@ class MaskObserver(TorchDispatchMode):
             return 0
         return _allocated_now() - self.hidden_bytes
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    # func is an OpOverload and the arguments whatever the op takes: torch leaves them untyped
+    def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (),
+                           kwargs: Optional[Dict[str, Any]] = None) -> Any:
         # only GEMMs create cuBLAS workspaces; reading the allocator around every op would
         # cost more than the ops (memory_allocated() builds and flattens a dict of stats)
         if self._global:
@@ -325,7 +328,7 @@ class MaskObserver(TorchDispatchMode):
                 self._record(out[1] if func is native_dropout else out, where)
         return out
 
-    def snapshot_graph_keys(self, microbatch: int):
+    def snapshot_graph_keys(self, microbatch: int) -> None:
         """Copies what the graph keys' buffers hold now (the masks the graphs' last replays
         wrote) to the step's keys of `microbatch`: for graphs that serve every microbatch (one
         per layer, Megatron's CudaGraphManager with one pipeline stage)."""
@@ -373,7 +376,7 @@ def _allocated_now() -> int:
 HIDDEN_THRESHOLD = 256 * 1024
 
 
-def _new_output_bytes(args, kwargs, out) -> int:
+def _new_output_bytes(args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]], out: Any) -> int:
     """Bytes of the output storages that are not input storages (views and in-place results are
     not new)."""
     from torch.utils._pytree import tree_leaves

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from ...core.cuda_errors import one_line
@@ -10,7 +11,7 @@ from ...core.errors import SkipCase
 ROLE_TO_MODULE = {"attn_core": "core_attn", "mlp": "mlp", "norm": "layernorm"}
 
 
-def gelu_tanh(x):
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
@@ -29,7 +30,7 @@ class Api:
     """The megatron-core names this driver uses, imported once (importing megatron.core builds a
     small CUDA extension on first use, seconds)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from megatron.core import full_cuda_graph, parallel_state, tensor_parallel
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.enums import ModelType

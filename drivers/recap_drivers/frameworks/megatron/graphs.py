@@ -6,11 +6,12 @@ RNG states it uses (rng_values, restore_rng_values)."""
 from __future__ import annotations
 
 import sys
-from types import FrameType
-from typing import Any, List, Optional, Tuple
+from types import FrameType, TracebackType
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from ...core.runner import Runner
 from ...core.tracebacks import graph_lines
 
 _FRAME_SITES = {"_forward_attention": ".drop1", "_forward_mlp": ".mlp.dropout"}
@@ -36,7 +37,7 @@ def resolve_site() -> Optional[Tuple[str, str]]:
 
 
 
-def locate_in_megatron_graphs(tb) -> Optional[dict]:
+def locate_in_megatron_graphs(tb: Optional[TracebackType]) -> Optional[Dict[str, str]]:
     """Where a failure inside Megatron's graph creation happened: the innermost frame of
     _CudaGraphRunner.create_fwd_graph / create_bwd_graph or FullCudaGraphWrapper.__call__, whether
     inside its torch.cuda.graph block (capture) or not (warmup), the pass, and the layer."""
@@ -67,7 +68,7 @@ def locate_in_megatron_graphs(tb) -> Optional[dict]:
     return {"phase": phase, "pass": pass_, "layer": layer, "function": f"{co.co_name}:{lineno}"}
 
 
-def rng_values(api: Any) -> list:
+def rng_values(api: Any) -> List[Tuple[str, Any, Any]]:
     """The values (seed, offset) of every RNG state Megatron uses: the CPU generator, the CUDA
     default generator and each tracker state. By value: with use_cudagraphable_rng the tracker's
     states are generator objects the graphs registered, so they are restored in place."""
@@ -83,7 +84,7 @@ def rng_values(api: Any) -> list:
     return out
 
 
-def restore_rng_values(api: Any, values: list):
+def restore_rng_values(api: Any, values: List[Tuple[str, Any, Any]]) -> None:
     tracker = api.tensor_parallel.get_cuda_rng_tracker()
     dev = torch.cuda.current_device()
     for kind, obj, v in values:
@@ -105,12 +106,12 @@ class CaptureSpans:
     that opened the capture tells forward from backward graphs."""
 
     def __init__(self) -> None:
-        self.runner = None
+        self.runner: Optional[Runner] = None
         self.forward_bytes = 0
         self._installed = False
         self._stack: List[Tuple[int, bool]] = []
 
-    def install(self):
+    def install(self) -> None:
         if self._installed:
             return
         self._installed = True
@@ -118,13 +119,13 @@ class CaptureSpans:
         enter, exit_ = g.__enter__, g.__exit__
         spans = self
 
-        def __enter__(this):
+        def __enter__(this: torch.cuda.graph) -> Any:
             if spans.runner is not None:
                 fwd = sys._getframe(1).f_code.co_name == "create_fwd_graph"
                 spans._stack.append((spans.runner.obs.allocated(), fwd))
             return enter(this)
 
-        def __exit__(this, *exc):
+        def __exit__(this: torch.cuda.graph, *exc: Any) -> Any:
             r = exit_(this, *exc)
             if spans.runner is not None and spans._stack:
                 a0, fwd = spans._stack.pop()
@@ -132,14 +133,15 @@ class CaptureSpans:
                     spans.forward_bytes += max(0, spans.runner.obs.allocated() - a0)
             return r
 
-        g.__enter__, g.__exit__ = __enter__, __exit__
+        setattr(g, "__enter__", __enter__)
+        setattr(g, "__exit__", __exit__)
 
-    def begin(self, runner):
+    def begin(self, runner: Runner) -> None:
         self.install()
         self.runner = runner
         self.forward_bytes = 0
         self._stack = []
 
-    def end(self):
+    def end(self) -> None:
         self.runner = None
         self._stack = []

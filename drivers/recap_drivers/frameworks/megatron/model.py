@@ -4,7 +4,8 @@ as GraphableMegatronModule (CudaGraphManager captures them); recap's parameter l
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from types import TracebackType
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -32,15 +33,15 @@ def _make_small_layer_class(api: Api) -> Any:
         """One of recap's smaller kinds as a Megatron module: graphable by CudaGraphManager when
         its config says cuda_graph_impl "local"."""
 
-        def __init__(self, config, inner: nn.Module, name: str):
+        def __init__(self, config: Any, inner: nn.Module, name: str) -> None:  # config: a TransformerConfig
             super().__init__(config)
             self.inner = inner
             self.recap_path = name
 
-        def recap_params(self):
+        def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
             return layers_mod.recap_params_of(self.inner)
 
-        def forward(self, hidden_states):
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
             # Megatron's graphed modules pass [s, b, h] (b = 1) between them; recap's layers [T, h]
             self.enter_layer(self.recap_path)
             return self.inner(hidden_states.squeeze(1)).unsqueeze(1)
@@ -48,7 +49,7 @@ def _make_small_layer_class(api: Api) -> Any:
     return SmallLayer
 
 
-def _first(out):
+def _first(out: Any) -> torch.Tensor:
     """CudaGraphManager returns a tuple of outputs; TransformerLayer returns (output, context)."""
     return out[0] if isinstance(out, tuple) else out
 
@@ -56,20 +57,20 @@ def _first(out):
 class BlockLayer(layers_mod.Observed, nn.Module):
     """recap's `block` as Megatron's TransformerLayer; [tokens, hidden] <-> Megatron's [s, b, h]."""
 
-    def __init__(self, api: Api, layer, name: str, full_checkpoint: bool):
+    def __init__(self, api: Api, layer: Any, name: str, full_checkpoint: bool) -> None:  # layer: a TransformerLayer
         super().__init__()
         self.api = api
         self.layer = layer
         self.recap_path = name
         self.full_checkpoint = full_checkpoint
 
-    def forward(self, h):  # [s, b, h]
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # [s, b, h]
         self.enter_layer(self.recap_path)
         if self.full_checkpoint:
             # TransformerBlock._checkpointed_forward, recompute_method "uniform", one layer a unit
             layer = self.layer
 
-            def custom(hidden_states):
+            def custom(hidden_states: torch.Tensor) -> torch.Tensor:
                 return _first(layer(hidden_states=hidden_states, attention_mask=None))
 
             return self.api.tensor_parallel.checkpoint(custom, False, h)
@@ -91,7 +92,8 @@ def _qkv_rows(hidden: int, heads: int) -> torch.Tensor:
 class MegatronModel(layers_mod.RecapParamList):
     """The stack as the `model` forward_backward_func drives, with recap's parameter list."""
 
-    def __init__(self, api: Api, c: case_mod.Case, device, configs: List[Any], graphed_layers: List[bool]):
+    def __init__(self, api: Api, c: case_mod.Case, device: torch.device, configs: List[Any],
+                 graphed_layers: List[bool]) -> None:
         super().__init__()
         self.api = api
         self.case = c
@@ -133,7 +135,7 @@ class MegatronModel(layers_mod.RecapParamList):
         # forward_backward_func's set_current_microbatch looks for model.decoder.layers
         self.decoder = _Decoder(self.graphable)
 
-    def _block_params(self, name: str, tl, hidden: int, heads: int):
+    def _block_params(self, name: str, tl: Any, hidden: int, heads: int) -> None:  # tl: a TransformerLayer
         sa, mlp = tl.self_attention, tl.mlp
         rows = _qkv_rows(hidden, heads).to(tl.input_layernorm.weight.device)
         table = [
@@ -151,7 +153,7 @@ class MegatronModel(layers_mod.RecapParamList):
     def layer_params(self, i: int) -> List[nn.Parameter]:
         return []
 
-    def load(self, values: Dict[str, torch.Tensor]):
+    def load(self, values: Dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
             for (n, p), perm in zip(self.named, self.loaders):
                 v = values[n].to(p.device)
@@ -169,10 +171,10 @@ class MegatronModel(layers_mod.RecapParamList):
         out.index_copy_(0, perm, g)  # perm lives on the device: this may run inside a capture
         return out
 
-    def set_input_tensor(self, tensor):  # one pipeline stage: nothing comes from a previous one
+    def set_input_tensor(self, tensor: Optional[torch.Tensor]) -> None:  # one pipeline stage: nothing comes from a previous one
         pass
 
-    def forward(self, x):  # [T, h] in and out, [T, 1, h] between the layers
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, h] in and out, [T, 1, h] between the layers
         h = x.unsqueeze(1)
         for l in self.layers:
             h = _first(l(hidden_states=h)) if isinstance(l, self.api.GraphableMegatronModule) else l(h)
@@ -202,23 +204,23 @@ def model_config_index(graphed_layers: List[bool]) -> int:
 
 
 class _Plain(layers_mod.Observed, nn.Module):
-    def __init__(self, inner, name):
+    def __init__(self, inner: nn.Module, name: str) -> None:
         super().__init__()
         self.inner = inner
         self.recap_path = name
 
-    def forward(self, hidden_states):
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         self.enter_layer(self.recap_path)
         return self.inner(hidden_states.squeeze(1)).unsqueeze(1)
 
 
 class _Decoder(nn.Module):
-    def __init__(self, layers):
+    def __init__(self, layers: nn.ModuleList) -> None:
         super().__init__()
         self.layers = layers
 
 
-def _building_layer(tb) -> str:
+def _building_layer(tb: Optional[TracebackType]) -> str:
     """The layer MegatronModel.__init__ was building when a traceback passed through it."""
     name = ""
     while tb is not None:

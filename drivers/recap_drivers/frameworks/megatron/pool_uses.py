@@ -21,7 +21,7 @@ from typing import Any, Tuple
 class PoolUses:
     """Wraps the two torch._C entry points on `c_module` (torch._C, or a fake in tests)."""
 
-    def __init__(self, c_module: Any):
+    def __init__(self, c_module: Any) -> None:
         self.c = c_module
         self.begin: Any = getattr(c_module, "_cuda_beginAllocateCurrentThreadToPool", None)
         self.release: Any = getattr(c_module, "_cuda_releasePool", None)
@@ -33,15 +33,15 @@ class PoolUses:
             c_module._cuda_releasePool = self._release
 
     @staticmethod
-    def _key(device, pool) -> Tuple:
+    def _key(device: int, pool: Tuple[int, ...]) -> Tuple[int, Tuple[int, ...]]:
         return (int(device), tuple(pool))
 
-    def _begin(self, device, pool, *rest):
+    def _begin(self, device: int, pool: Tuple[int, ...], *rest: Any) -> Any:
         r = self.begin(device, pool, *rest)
         self.open[self._key(device, pool)] += 1
         return r
 
-    def _release(self, device, pool, *rest):
+    def _release(self, device: int, pool: Tuple[int, ...], *rest: Any) -> Any:
         r = self.release(device, pool, *rest)
         key = self._key(device, pool)
         if self.open[key] > 0:  # a release of a use begun through us; others are torch's own
@@ -58,7 +58,7 @@ class PoolUses:
         self.open.clear()
         return n
 
-    def uninstall(self):
+    def uninstall(self) -> None:
         if self.installed:
             self.c._cuda_beginAllocateCurrentThreadToPool = self.begin
             self.c._cuda_releasePool = self.release

@@ -38,7 +38,7 @@ class MegatronSUT(SUT):
         self.capture_spans = CaptureSpans()
         self._init_parallel()
 
-    def _init_parallel(self):
+    def _init_parallel(self) -> None:
         import torch.distributed as dist
 
         if not dist.is_initialized():
