@@ -71,7 +71,10 @@ const std::vector<Rule>& rules() {
             "that does not work)",
        [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect); }},
       {"4 or 5", "replays repeat one mask: an RNG offset baked into the graph, or a generator not registered with the capture",
-       [](const Symptom& s) { return s.is("rng_ledger", Disposition::Incorrect) && has(s.check.reason, "reused across steps"); }},
+       [](const Symptom& s) { return s.is("rng_ledger", Disposition::Incorrect) && (has(s.check.reason, "reused across steps") ||
+                                                                has(s.check.reason, "repeat another site's")); }},
+      {"26", "two draws of one Philox stream share values: an offset increment that does not cover the values a draw uses",
+       [](const Symptom& s) { return s.is("rng_ledger", Disposition::Incorrect) && has(s.check.reason, "Philox value range"); }},
       {"3 or 17",
        "the recompute draws other numbers than the forward in an eager run: the checkpoint's saved RNG state does not "
        "restore the generator that draws (a live handle, class 3, or a tracker state left out, class 17)",

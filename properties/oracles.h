@@ -37,7 +37,8 @@ bool failing(Disposition d);
 //   eager_vs_graphed  loss, gradients, parameters bitwise equal to the eager run at every step
 //                     and microbatch
 //   recompute_on_off  bitwise equal to the same case without checkpointing
-//   rng_ledger        every recomputed draw equals its forward draw; no mask reused across steps
+//   rng_ledger        every recomputed draw equals its forward draw; no mask reused across steps; no
+//                     two draws of one Philox stream share a value
 //   memory            peak and graph-pool bytes against the prediction; recompute saves
 //                     activation memory inside graphs; nothing live after teardown
 //   reference         y, dx and every parameter gradient of one eager forward+backward of the

@@ -21,7 +21,7 @@ Draw Ctx::draw(const std::string& op, uint64_t count) {
   std::string generator;
   if (draw_override) {
     d.args = PhiloxArgs::from_device(draw_override->seed_dev, draw_override->offset_dev, draw_override->next);
-    draw_override->next += philox_increment(count);
+    draw_override->next += draw_increment(count);
     generator = "override";
   } else {
     d.args = rng.current().draw(count);

@@ -35,6 +35,7 @@ enum class Fault : uint8_t {
   PoolOrder,               // class 13: graphs sharing a pool captured in one order, replayed in another
   OutputAliasesInputFreed, // class 25: a without-output checkpoint frees an output that is its input
   WarmupMutatesBuffers,    // class 26: a weight cache filled in warmup is baked into the graph
+  PhiloxIncrementShort,    // class 26: the offset advances by counter blocks (n/4), not the n values a draw uses
   LayerSegfault,           // a layer's recompute kills the process (SIGSEGV): the crash path
 };
 
@@ -57,6 +58,7 @@ inline constexpr EnumName<Fault> kFaultNames[] = {
     {Fault::PoolOrder, "pool-order"},
     {Fault::OutputAliasesInputFreed, "output-aliases-input-freed"},
     {Fault::WarmupMutatesBuffers, "warmup-mutates-buffers"},
+    {Fault::PhiloxIncrementShort, "philox-increment-short"},
     {Fault::LayerSegfault, "layer-segfault"},
 };
 // A fault that kills the process running the case: only a worker process (`recap worker`, which

@@ -71,8 +71,14 @@ Generator::~Generator() {
   for (void* p : owned_) dev_.free(p);
 }
 
+uint64_t draw_increment(uint64_t count) {
+  // class 26: an increment in the wrong unit leaves the next draw inside this one's values
+  if (fault_on(Fault::PhiloxIncrementShort)) return philox_increment((count + 3u) / 4u);
+  return philox_increment(count);
+}
+
 PhiloxArgs Generator::draw(uint64_t count) {
-  uint64_t inc = philox_increment(count);
+  uint64_t inc = draw_increment(count);
   if (capturing_ && mode_ == GeneratorMode::GraphSafe) {
     if (fault_on(Fault::RngOffsetBaked)) {  // bug class 4: the replays repeat the capture's draws
       PhiloxArgs a = PhiloxArgs::by_value(seed_, offset_ + intragraph_);

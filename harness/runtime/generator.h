@@ -75,6 +75,10 @@ struct RngState {
   Generator* live = nullptr;      // handle only
 };
 
+// How far a draw of `count` values advances its stream's offset: philox_increment(count), unless
+// the fault point philox-increment-short (class 26) counts counter blocks of 4 values instead.
+uint64_t draw_increment(uint64_t count);
+
 class Generator {
  public:
   Generator(device::Device& dev, uint64_t seed, GeneratorMode mode, DeviceStateModel model);

@@ -12,6 +12,7 @@
 // keeps only the last draw, and the slot's count/generator are those of its latest slot() call.
 #include "harness/runtime/rng_ledger.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -103,7 +104,8 @@ std::vector<std::pair<LedgerEntry, LedgerEntry>> RngLedger::recompute_mismatches
     if (e.site.phase != Phase::Recompute) continue;
     auto it = forward.find(Key{e.site.layer, e.site.op, e.site.microbatch, e.step});
     if (it == forward.end()) continue;  // no forward draw to compare with
-    if (it->second->seed != e.seed || it->second->offset != e.offset) out.emplace_back(*it->second, e);
+    if (it->second->seed != e.seed || it->second->offset != e.offset || it->second->count != e.count)
+      out.emplace_back(*it->second, e);  // the recompute must cover exactly its forward draw's range
   }
   return out;
 }
@@ -122,6 +124,33 @@ std::vector<std::pair<LedgerEntry, LedgerEntry>> RngLedger::reused_across_steps(
   return out;
 }
 
+std::vector<std::pair<LedgerEntry, LedgerEntry>> RngLedger::overlapping_draws() const {
+  std::vector<const LedgerEntry*> draws;
+  for (const LedgerEntry& e : entries_)
+    if (e.site.phase != Phase::Recompute && e.count > 0) draws.push_back(&e);
+  std::sort(draws.begin(), draws.end(), [](const LedgerEntry* a, const LedgerEntry* b) {
+    return std::tie(a->seed, a->offset, a->step) < std::tie(b->seed, b->offset, b->step);
+  });
+  std::vector<std::pair<LedgerEntry, LedgerEntry>> out;
+  const LedgerEntry* reach = nullptr;  // the draw of this seed whose range ends last so far
+  for (const LedgerEntry* e : draws) {
+    if (reach != nullptr && reach->seed == e->seed && e->offset < reach->offset + reach->count) {
+      bool reuse = reach->offset == e->offset && reach->site.layer == e->site.layer && reach->site.op == e->site.op &&
+                   reach->site.microbatch == e->site.microbatch && reach->step != e->step;
+      if (!reuse) out.emplace_back(*reach, *e);
+    }
+    if (reach == nullptr || reach->seed != e->seed || e->offset + e->count > reach->offset + reach->count) reach = e;
+  }
+  return out;
+}
+
+size_t RngLedger::streams() const {
+  std::set<uint64_t> seeds;
+  for (const LedgerEntry& e : entries_)
+    if (e.site.phase != Phase::Recompute) seeds.insert(e.seed);
+  return seeds.size();
+}
+
 std::string RngLedger::summary() const {
   int fwd = 0, rec = 0, bwd = 0;
   for (const LedgerEntry& e : entries_) {
@@ -133,7 +162,7 @@ std::string RngLedger::summary() const {
   os << entries_.size() << " draws (" << fwd << " forward, " << rec << " recompute";
   if (bwd > 0) os << ", " << bwd << " backward";
   os << "), " << recompute_mismatches().size() << " recompute mismatches, " << reused_across_steps().size()
-     << " reused";
+     << " reused, " << overlapping_draws().size() << " overlapping";
   return os.str();
 }
 

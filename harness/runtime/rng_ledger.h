@@ -67,7 +67,14 @@ class RngLedger {
   std::vector<std::pair<LedgerEntry, LedgerEntry>> recompute_mismatches() const;
   // Forward draws of the same layer/op/microbatch in different steps with equal (seed, offset).
   std::vector<std::pair<LedgerEntry, LedgerEntry>> reused_across_steps() const;
-  std::string summary() const;  // "12 draws (8 forward, 4 recompute), 0 recompute mismatches, 0 reused"
+  // Distinct draws (forward or backward, over all steps) of one Philox stream (seed) whose value
+  // ranges [offset, offset + count) intersect: their masks are correlated. Pairs that
+  // reused_across_steps reports (a site's same range in another step) are left to it. One pair
+  // per draw that starts inside an earlier draw's range.
+  std::vector<std::pair<LedgerEntry, LedgerEntry>> overlapping_draws() const;
+  // Philox streams (distinct seeds) of the draws overlapping_draws compares.
+  size_t streams() const;
+  std::string summary() const;  // "12 draws (8 forward, 4 recompute), 0 recompute mismatches, 0 reused, 0 overlapping"
 
  private:
   struct Slot {

@@ -116,7 +116,10 @@ Message observation_of(const training::RunResult& r, const Json& id) {
                 {"step_memory", step_memory},
                 {"ledger_summary", r.ledger_summary},
                 {"recompute_mismatches", r.recompute_mismatches},
-                {"reused_masks", r.reused_masks}};
+                {"reused_masks", r.reused_masks},
+                {"overlapping_draws", r.overlapping_draws},
+                {"repeated_draws", r.repeated_draws},
+                {"draw_streams", r.draw_streams}};
   return m;
 }
 
@@ -178,6 +181,9 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     r.ledger_summary = x.value("ledger_summary", std::string());
     r.recompute_mismatches = x.value("recompute_mismatches", size_t{0});
     r.reused_masks = x.value("reused_masks", size_t{0});
+    r.overlapping_draws = x.value("overlapping_draws", size_t{0});
+    r.repeated_draws = x.value("repeated_draws", size_t{0});
+    r.draw_streams = x.value("draw_streams", size_t{0});
     if (h.contains("graphs")) r.captures = need(h["graphs"], "captures", "observation.graphs").get<std::map<std::string, int>>();
     else r.captures = std::nullopt;  // the system does not observe graphs
     const Json& step_memory = own ? need(x, "step_memory", "observation.recap") : Json::array();

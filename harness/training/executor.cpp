@@ -607,6 +607,8 @@ RunResult Session::run() {
   r.ledger_summary = t.ledger.summary();
   r.recompute_mismatches = t.ledger.recompute_mismatches().size();
   r.reused_masks = t.ledger.reused_across_steps().size();
+  for (const auto& [a, b] : t.ledger.overlapping_draws()) ++(a.offset == b.offset ? r.repeated_draws : r.overlapping_draws);
+  r.draw_streams = t.ledger.streams();
   return r;
 }
 

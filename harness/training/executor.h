@@ -74,6 +74,9 @@ struct RunResult {
   std::string ledger_summary;
   size_t recompute_mismatches = 0;  // RNG ledger: recomputed draws that differ from their forward
   size_t reused_masks = 0;          // RNG ledger: forward draws repeated across steps
+  size_t overlapping_draws = 0;     // RNG ledger: distinct draws starting inside another's Philox value range
+  size_t repeated_draws = 0;        // RNG ledger: distinct draws (other sites or microbatches) at another's (seed, offset)
+  size_t draw_streams = 0;          // RNG ledger: Philox streams (seeds) those draws came from
   bool ok() const { return !failure.has_value(); }
 };
 

@@ -51,6 +51,12 @@ Verdict verdict(const RunResult& r) {
   if (r.reused_masks > 0)
     return {"incorrect",
             std::to_string(r.reused_masks) + " forward draws reuse another step's (seed, offset) (RNG ledger)"};
+  if (r.repeated_draws > 0)
+    return {"incorrect", std::to_string(r.repeated_draws) +
+                             " draws repeat another draw's (seed, offset) (RNG ledger): two sites or microbatches got one mask"};
+  if (r.overlapping_draws > 0)
+    return {"incorrect", std::to_string(r.overlapping_draws) +
+                             " draws start inside another draw's Philox value range (RNG ledger): their masks are correlated"};
   for (const StepRecord& s : r.steps) {
     for (const MicrobatchRecord& m : s.microbatches)
       if (!std::isfinite(m.loss))
@@ -110,7 +116,9 @@ Json run_result_to_json(const RunResult& r) {
                   {"memory", snapshot_json(r.capture_memory)}};
   j["ledger"] = {{"summary", r.ledger_summary},
                  {"recompute_mismatches", r.recompute_mismatches},
-                 {"reused", r.reused_masks}};
+                 {"reused", r.reused_masks},
+                 {"overlapping", r.overlapping_draws},
+                 {"repeated", r.repeated_draws}};
   j["layers"] = r.layer_names;
   Json steps = Json::array();
   for (const StepRecord& s : r.steps) {

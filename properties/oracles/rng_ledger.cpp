@@ -1,5 +1,7 @@
-// rng_ledger: every recomputed random draw has the (seed, offset) of its forward draw, and no
-// forward mask repeats across steps. The most precise RNG oracle: it names the draws, where the
+// rng_ledger: every recomputed random draw covers exactly its forward draw's Philox range (seed,
+// offset, count), no forward mask repeats across steps, and no two distinct draws of one Philox
+// stream share a value (overlapping ranges correlate their masks: an increment that does not
+// cover its draw). The most precise RNG oracle: it names the draws, where the
 // bitwise comparisons only see their effect (docs/recompute-and-rng.md, bug classes 3, 4, 5, 16,
 // 17). The ledger records the values kernels realized, so a graph replay is judged too.
 #include "harness/runtime/phase.h"
@@ -34,22 +36,28 @@ CheckResult judge(Runs& runs) {
       forward += e.site.phase == runtime::Phase::Forward;
       recomputed += e.site.phase == runtime::Phase::Recompute;
     }
-  if (r.recompute_mismatches > 0 || r.reused_masks > 0) {
+  if (r.recompute_mismatches > 0 || r.reused_masks > 0 || r.repeated_draws > 0 || r.overlapping_draws > 0) {
     std::string why;
-    if (r.recompute_mismatches > 0)
-      why = std::to_string(r.recompute_mismatches) + " recomputed draws differ from their forward draw";
-    if (r.reused_masks > 0)
-      why += (why.empty() ? "" : "; ") + std::to_string(r.reused_masks) + " forward masks reused across steps";
+    auto add = [&why](size_t n, const char* what) {
+      if (n > 0) why += (why.empty() ? "" : "; ") + std::to_string(n) + what;
+    };
+    add(r.recompute_mismatches, " recomputed draws differ from their forward draw");
+    add(r.reused_masks, " forward masks reused across steps");
+    add(r.repeated_draws, " draws repeat another site's or microbatch's (seed, offset)");
+    add(r.overlapping_draws, " draws start inside another draw's Philox value range");
     return bad(p, Disposition::Incorrect, why + " (" + r.ledger_summary + ")");
   }
   if (forward + recomputed == 0) return skipped(p, runs.ran() ? "no random draws" : "the run failed");
   return passed(p, std::to_string(recomputed) + " recomputed draws equal their forward draws; " + std::to_string(forward) +
-                       " forward draws over " + std::to_string(r.steps.size()) + " steps, none reused across steps");
+                       " forward draws over " + std::to_string(r.steps.size()) + " steps, none reused across steps; " +
+                       "no two value ranges overlap in " + std::to_string(r.draw_streams) + " Philox streams");
 }
 }  // namespace
 
 Oracle rng_ledger_oracle() {
-  return {"rng_ledger", "every recomputed draw equals its forward draw; no mask reused across steps", judge};
+  return {"rng_ledger",
+          "every recomputed draw equals its forward draw; no mask reused across steps; no two draws share a Philox value",
+          judge};
 }
 
 }  // namespace recap::properties

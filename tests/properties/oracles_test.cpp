@@ -431,7 +431,7 @@ TEST(Dispositions, NamesAndOrder) {
 }
 
 // A framework's failure is diagnosed from what its driver reports: the megatron-core driver's
-// RunawayBackward (drivers/FINDINGS.md M7) is class 25, and only that error is.
+// RunawayBackward (results/FINDINGS.md M7) is class 25, and only that error is.
 TEST(Diagnosis, RunawayBackwardIsClass25) {
   CaseReport r;
   r.spec = one_layer("block", CheckpointPolicy::Skip, training::ExecutorKind::Eager);

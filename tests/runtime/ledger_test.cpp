@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/runtime/context.h"
+#include "harness/runtime/faults.h"
 #include "harness/runtime/rng_kernels.h"
 #include "tests/runtime/core_test_util.h"
 
@@ -86,7 +87,7 @@ TEST_P(LedgerTest, EagerDrawsRecordedWithRealizedValues) {
   EXPECT_EQ(ledger.entries()[2].site.op, "attn_dropout");
   EXPECT_EQ(ledger.entries()[2].offset, 12u);
   EXPECT_TRUE(ledger.reused_across_steps().empty());  // 0 then 12
-  EXPECT_EQ(ledger.summary(), "3 draws (3 forward, 0 recompute), 0 recompute mismatches, 0 reused");
+  EXPECT_EQ(ledger.summary(), "3 draws (3 forward, 0 recompute), 0 recompute mismatches, 0 reused, 0 overlapping");
 }
 
 TEST_P(LedgerTest, SlotsAreStablePerSiteAndBounded) {
@@ -132,14 +133,14 @@ TEST_P(LedgerTest, GraphReplaysRecordedPerStep) {
     auto reused = ledger.reused_across_steps();
     if (mode == GeneratorMode::GraphSafe) {
       EXPECT_TRUE(reused.empty());
-      EXPECT_EQ(ledger.summary(), "3 draws (3 forward, 0 recompute), 0 recompute mismatches, 0 reused");
+      EXPECT_EQ(ledger.summary(), "3 draws (3 forward, 0 recompute), 0 recompute mismatches, 0 reused, 0 overlapping");
     } else {
       // Steps 1 and 2 each repeat step 0's (seed, offset): the baked mask, flagged.
       ASSERT_EQ(reused.size(), 2u);
       EXPECT_EQ(reused[0].first.step, 0);
       EXPECT_EQ(reused[0].second.step, 1);
       EXPECT_EQ(reused[1].second.step, 2);
-      EXPECT_EQ(ledger.summary(), "3 draws (3 forward, 0 recompute), 0 recompute mismatches, 2 reused");
+      EXPECT_EQ(ledger.summary(), "3 draws (3 forward, 0 recompute), 0 recompute mismatches, 2 reused, 0 overlapping");
     }
   }
 }
@@ -199,7 +200,66 @@ TEST_P(LedgerTest, RecomputeMismatchesFindsPlantedMismatch) {
       EXPECT_EQ(e.offset, 32u);
       EXPECT_EQ(e.generator, "override");
     }
-  EXPECT_EQ(ledger.summary(), "6 draws (3 forward, 3 recompute), 1 recompute mismatches, 0 reused");
+  EXPECT_EQ(ledger.summary(), "6 draws (3 forward, 3 recompute), 1 recompute mismatches, 0 reused, 0 overlapping");
+}
+
+// Value ranges (class 26): draws of one stream never share a value; with philox-increment-short
+// the offset advances by counter blocks, so the next draw starts inside the previous one.
+TEST_P(LedgerTest, OverlappingDrawsFoundOnlyWithShortIncrement) {
+  for (bool fault : {false, true}) {
+    SCOPED_TRACE(fault ? "philox-increment-short" : "no fault");
+    FaultScope scope(fault ? std::vector<std::string>{"philox-increment-short"} : std::vector<std::string>{});
+    Allocator alloc(dev());
+    RngTracker rng(dev(), kSeed, GeneratorMode::GraphSafe, DeviceStateModel::Shared);
+    RngLedger ledger(dev());
+    Ctx ctx = make_ctx(dev(), stream(), alloc, rng, &ledger);
+    uint32_t* out = buffer<uint32_t>(16);
+    CORE_ASSERT_OK(ledger.begin_step(0, stream()));
+    ctx.layer = "block0";
+    draw_into(ctx, "attn_dropout", out, 16);  // [0, 16)
+    draw_into(ctx, "mlp_dropout", out, 16);   // [16, 32), or [4, 20) with the fault
+    {
+      RngTracker::Fork f(rng, kModelParallelRngName);  // another stream: never compared with these
+      draw_into(ctx, "tp_dropout", out, 16);
+    }
+    CORE_ASSERT_OK(dev().stream_synchronize(stream()));
+    CORE_ASSERT_OK(ledger.collect(0));
+    EXPECT_EQ(ledger.streams(), 2u);
+    auto ov = ledger.overlapping_draws();
+    if (!fault) {
+      EXPECT_TRUE(ov.empty());
+      continue;
+    }
+    ASSERT_EQ(ov.size(), 1u);
+    EXPECT_EQ(ov[0].first.site.op, "attn_dropout");
+    EXPECT_EQ(ov[0].second.site.op, "mlp_dropout");
+    EXPECT_EQ(ov[0].second.offset, 4u);
+    EXPECT_NE(ledger.summary().find("1 overlapping"), std::string::npos) << ledger.summary();
+  }
+}
+
+// A recompute must cover exactly its forward draw's range: the same (seed, offset) with another
+// count is a mismatch.
+TEST_P(LedgerTest, RecomputeOfAnotherCountIsAMismatch) {
+  Allocator alloc(dev());
+  RngTracker rng(dev(), kSeed, GeneratorMode::GraphSafe, DeviceStateModel::Shared);
+  RngLedger ledger(dev());
+  Ctx ctx = make_ctx(dev(), stream(), alloc, rng, &ledger);
+  uint32_t* out = buffer<uint32_t>(16);
+  CORE_ASSERT_OK(ledger.begin_step(0, stream()));
+  ctx.layer = "block0";
+  auto saved = rng.save(false);
+  draw_into(ctx, "dropout", out, 16);
+  ctx.phase = Phase::Recompute;
+  rng.restore(saved);
+  draw_into(ctx, "dropout", out, 8);  // same start, half the values
+  CORE_ASSERT_OK(dev().stream_synchronize(stream()));
+  CORE_ASSERT_OK(ledger.collect(0));
+  auto mm = ledger.recompute_mismatches();
+  ASSERT_EQ(mm.size(), 1u);
+  EXPECT_EQ(mm[0].first.offset, mm[0].second.offset);
+  EXPECT_EQ(mm[0].first.count, 16u);
+  EXPECT_EQ(mm[0].second.count, 8u);
 }
 
 // ---- Ctx, DeviceError, LayerScope -------------------------------------------------------------
