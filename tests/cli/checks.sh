@@ -829,7 +829,8 @@ report_names_the_given_commit)
   # tree's), full or abbreviated; anything else is not a commit and is ignored.
   py=$(command -v /usr/bin/python3 || command -v python3)
   for given in 7baef9e 0123456789abcdef0123456789abcdef01234567 not-a-hash; do
-    RECAP_GIT_COMMIT=$given "$recap" fuzz --backend sim --cases 2 --seed 1 --report "r-$given.json" > /dev/null || fail "fuzz with RECAP_GIT_COMMIT=$given"
+    RECAP_GIT_COMMIT=$given "$recap" fuzz --backend sim --policy graph-safe --cases 2 --seed 1 --corpus-dir found \
+      --report "r-$given.json" > /dev/null || fail "fuzz with RECAP_GIT_COMMIT=$given"
     got=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"]["git_commit"])' "r-$given.json")
     if [ "$given" = not-a-hash ]; then [ "$got" != "$given" ] || fail "a non-hash was taken as the commit"
     else [ "$got" = "$given" ] || fail "RECAP_GIT_COMMIT=$given: the report names '$got'"; fi
