@@ -41,7 +41,7 @@ std::string run_capture(const std::string& cmd) {
   return out;
 }
 // A commit hash: 40 hex digits, or an abbreviation of at least 7 where a person names it.
-bool is_hex40(const std::string& s, size_t min_size = 40) {
+bool is_commit_hash(const std::string& s, size_t min_size = 40) {
   if (s.size() < min_size || s.size() > 40) return false;
   for (char c : s)
     if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
@@ -52,13 +52,13 @@ bool is_hex40(const std::string& s, size_t min_size = 40) {
 std::string git_commit() {
   // Named by whoever runs recap on a copy of the tree whose .git is not the tree's (the GPU
   // machine's copy carries an older HEAD beside the current files).
-  if (const char* e = std::getenv("RECAP_GIT_COMMIT"); e && is_hex40(e, 7)) return e;
+  if (const char* e = std::getenv("RECAP_GIT_COMMIT"); e && is_commit_hash(e, 7)) return e;
 #ifdef RECAP_SOURCE_DIR
   std::string c = run_capture("git -C '" RECAP_SOURCE_DIR "' rev-parse HEAD 2>/dev/null");
-  if (is_hex40(c)) return c;
+  if (is_commit_hash(c)) return c;
 #endif
   std::string w = run_capture("git rev-parse HEAD 2>/dev/null");
-  if (is_hex40(w)) return w;
+  if (is_commit_hash(w)) return w;
 #ifdef RECAP_GIT_COMMIT
   return RECAP_GIT_COMMIT;
 #else

@@ -203,27 +203,41 @@ TEST_P(LedgerTest, RecomputeMismatchesFindsPlantedMismatch) {
   EXPECT_EQ(ledger.summary(), "6 draws (3 forward, 3 recompute), 1 recompute mismatches, 0 reused, 0 overlapping");
 }
 
+// One step of draws in layer block0 on a graph-safe tracker, its ledger collected by collect().
+struct OneStep {
+  explicit OneStep(CoreTest& t)
+      : test(t), alloc(t.dev()), rng(t.dev(), kSeed, GeneratorMode::GraphSafe, DeviceStateModel::Shared),
+        ledger(t.dev()), ctx(make_ctx(t.dev(), t.stream(), alloc, rng, &ledger)), out(t.buffer<uint32_t>(16)) {
+    EXPECT_TRUE(device::ok(ledger.begin_step(0, t.stream())));
+    ctx.layer = "block0";
+  }
+  void collect() {
+    ASSERT_TRUE(device::ok(test.dev().stream_synchronize(test.stream())));
+    ASSERT_TRUE(device::ok(ledger.collect(0)));
+  }
+  CoreTest& test;
+  Allocator alloc;
+  RngTracker rng;
+  RngLedger ledger;
+  Ctx ctx;
+  uint32_t* out;
+};
+
 // Value ranges (class 26): draws of one stream never share a value; with philox-increment-short
 // the offset advances by counter blocks, so the next draw starts inside the previous one.
 TEST_P(LedgerTest, OverlappingDrawsFoundOnlyWithShortIncrement) {
   for (bool fault : {false, true}) {
     SCOPED_TRACE(fault ? "philox-increment-short" : "no fault");
     FaultScope scope(fault ? std::vector<std::string>{"philox-increment-short"} : std::vector<std::string>{});
-    Allocator alloc(dev());
-    RngTracker rng(dev(), kSeed, GeneratorMode::GraphSafe, DeviceStateModel::Shared);
-    RngLedger ledger(dev());
-    Ctx ctx = make_ctx(dev(), stream(), alloc, rng, &ledger);
-    uint32_t* out = buffer<uint32_t>(16);
-    CORE_ASSERT_OK(ledger.begin_step(0, stream()));
-    ctx.layer = "block0";
-    draw_into(ctx, "attn_dropout", out, 16);  // [0, 16)
-    draw_into(ctx, "mlp_dropout", out, 16);   // [16, 32), or [4, 20) with the fault
+    OneStep t(*this);
+    draw_into(t.ctx, "attn_dropout", t.out, 16);  // [0, 16)
+    draw_into(t.ctx, "mlp_dropout", t.out, 16);   // [16, 32), or [4, 20) with the fault
     {
-      RngTracker::Fork f(rng, kModelParallelRngName);  // another stream: never compared with these
-      draw_into(ctx, "tp_dropout", out, 16);
+      RngTracker::Fork f(t.rng, kModelParallelRngName);  // another stream: never compared with these
+      draw_into(t.ctx, "tp_dropout", t.out, 16);
     }
-    CORE_ASSERT_OK(dev().stream_synchronize(stream()));
-    CORE_ASSERT_OK(ledger.collect(0));
+    t.collect();
+    const RngLedger& ledger = t.ledger;
     EXPECT_EQ(ledger.streams(), 2u);
     auto ov = ledger.overlapping_draws();
     if (!fault) {
@@ -241,21 +255,14 @@ TEST_P(LedgerTest, OverlappingDrawsFoundOnlyWithShortIncrement) {
 // A recompute must cover exactly its forward draw's range: the same (seed, offset) with another
 // count is a mismatch.
 TEST_P(LedgerTest, RecomputeOfAnotherCountIsAMismatch) {
-  Allocator alloc(dev());
-  RngTracker rng(dev(), kSeed, GeneratorMode::GraphSafe, DeviceStateModel::Shared);
-  RngLedger ledger(dev());
-  Ctx ctx = make_ctx(dev(), stream(), alloc, rng, &ledger);
-  uint32_t* out = buffer<uint32_t>(16);
-  CORE_ASSERT_OK(ledger.begin_step(0, stream()));
-  ctx.layer = "block0";
-  auto saved = rng.save(false);
-  draw_into(ctx, "dropout", out, 16);
-  ctx.phase = Phase::Recompute;
-  rng.restore(saved);
-  draw_into(ctx, "dropout", out, 8);  // same start, half the values
-  CORE_ASSERT_OK(dev().stream_synchronize(stream()));
-  CORE_ASSERT_OK(ledger.collect(0));
-  auto mm = ledger.recompute_mismatches();
+  OneStep t(*this);
+  auto saved = t.rng.save(false);
+  draw_into(t.ctx, "dropout", t.out, 16);
+  t.ctx.phase = Phase::Recompute;
+  t.rng.restore(saved);
+  draw_into(t.ctx, "dropout", t.out, 8);  // same start, half the values
+  t.collect();
+  auto mm = t.ledger.recompute_mismatches();
   ASSERT_EQ(mm.size(), 1u);
   EXPECT_EQ(mm[0].first.offset, mm[0].second.offset);
   EXPECT_EQ(mm[0].first.count, 16u);
