@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Campaigns against the real frameworks on the GPU machine: torch, torch without checkpoints and
-# dropout (no false alarm), megatron@0.15.3, megatron@0.19.2. Brings its own megatron-core wheels
+# Campaigns against the real frameworks on the GPU machine (CAMPAIGNS: torch, megatron-<V>,
+# megatron-main, each also with -control: no checkpoints and no dropout). Brings its own megatron-core wheels
 # (downloaded here into .whl/, carried there, see README) and installs each version into a folder
 # of its own, so one worker sees one version. Writes under $OUT: per campaign its report
 # (recap.report/1), its console log, the corpus files of its findings, and the replay of those
@@ -39,12 +39,25 @@ site_of() {  # the folder megatron-core VERSION is installed in (installed once)
   echo "$dir"
 }
 
-# name | --sut | extra fuzz flags | the corpus/frameworks/ folder its findings are kept in
-table="torch|torch||torch-2.11
-torch-no-ckpt-no-dropout|torch|--no-checkpoint --no-dropout|
-megatron-0.15.3|megatron@0.15.3||megatron-0.15.3
-megatron-0.19.2|megatron@0.19.2||megatron-0.19.2"
-want="${CAMPAIGNS:-torch torch-no-ckpt-no-dropout megatron-0.15.3 megatron-0.19.2}"
+# A campaign's name says what it runs: torch, megatron-<V> (the wheel of megatron-core V in
+# .whl/) or megatron-main (the Megatron-LM checkout carried in .device/megatron-main, its version
+# and commit read from the tree); "-control" after a name: without checkpoints and dropout (graphs
+# alone: a failure there is a graph bug of that version or a harness artifact). Its findings are
+# kept in corpus/frameworks/<name without -control>/ (torch: torch-2.11), its known findings in
+# corpus/known-findings/<same>.json (KNOWN_<name> names another file).
+want="${CAMPAIGNS:-torch torch-control megatron-0.15.3 megatron-0.19.2}"
+table=""
+for name in $want; do
+  base="${name%-control}" extra=""
+  [ "$base" != "$name" ] && extra="--no-checkpoint --no-dropout"
+  case "$base" in
+    torch) sut=torch kept=torch-2.11 ;;
+    megatron-main) sut=megatron kept=megatron-main ;;
+    megatron-*) sut="megatron@${base#megatron-}" kept="$base" ;;
+    *) echo "unknown campaign '$name' (torch, megatron-<V>, megatron-main, each with -control)" >&2; exit 2 ;;
+  esac
+  table+="$name|$sut|$extra|$kept"$'\n'
+done
 
 # seconds the replays may still take (0: no limit; 1 once the deadline has passed)
 replay_limit() {
@@ -56,10 +69,14 @@ replay_limit() {
 status=0
 while IFS='|' read -r name sut extra kept; do
   [[ " $want " == *" $name "* ]] || continue
+  [ -n "$name" ] || continue
   pypath="$drivers"
   if [[ "$sut" == megatron@* ]]; then
     site=$(site_of "${sut#megatron@}") || { status=1; continue; }
     pypath="$site:$drivers"
+  elif [ "$sut" = megatron ]; then
+    [ -d .device/megatron-main/megatron/core ] || { echo "no Megatron-LM checkout in .device/megatron-main" >&2; status=1; continue; }
+    pypath="$PWD/.device/megatron-main:$drivers"
   fi
   budget_var="BUDGET_${name//[.-]/_}"
   budget="${!budget_var:-0}"
@@ -68,8 +85,10 @@ while IFS='|' read -r name sut extra kept; do
   # the SUT's known findings (bucket and configuration): the report judges every failing case by
   # them, and a failure outside them fails the campaign (exit 1); KNOWN_FINDINGS=0 leaves them out
   known=()
-  if [ "${KNOWN_FINDINGS:-1}" != 0 ] && [ -n "$kept" ] && [ -f corpus/known-findings/"$kept".json ]; then
-    known=(--known-findings corpus/known-findings/"$kept".json)
+  known_var="KNOWN_${name//[.-]/_}"
+  known_file="${!known_var:-corpus/known-findings/$kept.json}"
+  if [ "${KNOWN_FINDINGS:-1}" != 0 ] && [ -f "$known_file" ]; then
+    known=(--known-findings "$known_file")
   fi
   start=$(date +%s.%N)
   # shellcheck disable=SC2086

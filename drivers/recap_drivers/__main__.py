@@ -9,12 +9,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 # Nothing here imports torch or a framework before the arguments are read: --help works without
 # them, and a worker imports only the framework it serves.
 
 SUTS = ("torch", "megatron")
+
+
+def installed(sut: str) -> Tuple[str, Optional[str]]:
+    """The framework's distribution name and the version a worker would import (None: none),
+    read without importing it (seconds for megatron-core)."""
+    if sut == "megatron":
+        from .frameworks.megatron.version import installed_version
+
+        return "megatron-core", installed_version()
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return "torch", version("torch")
+    except PackageNotFoundError:
+        return "torch", None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -34,7 +49,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = guard_stdout()
     inp = sys.stdin.buffer
 
-    problem = check_version(args.sut, args.expect_version)
+    problem = check_version(*installed(args.sut), args.expect_version)
     if problem:
         print(f"recap_drivers: {problem}", file=sys.stderr)
         return 2

@@ -109,17 +109,12 @@ def same_version(have: str, expected: str) -> bool:
     return h_pub == e_pub and (not h_loc or not e_loc or h_loc == e_loc)
 
 
-def check_version(sut: str, expected: str) -> str:
+def check_version(dist: str, have: Optional[str], expected: str) -> str:
     """"" when the installed framework is the one asked for (or nothing was asked), else one line.
-    Read from the package metadata, without importing the framework (seconds for megatron-core)."""
+    `have` is what the framework's driver reads without importing it (None: not installed)."""
     if not expected:
         return ""
-    from importlib.metadata import PackageNotFoundError, version
-
-    dist = "megatron-core" if sut == "megatron" else "torch"
-    try:
-        have = version(dist)
-    except PackageNotFoundError:
+    if have is None:
         return f"--expect-version {expected}: {dist} is not installed for {sys.executable}"
     if not same_version(have, expected):
         return f"{dist} {have} is installed, {expected} was asked (--expect-version)"

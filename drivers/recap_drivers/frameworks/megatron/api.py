@@ -16,14 +16,15 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 def megatron_version() -> str:
-    try:
-        from importlib.metadata import version
+    """The imported megatron-core's version; a source checkout's carries its commit (version.py)."""
+    from .version import installed_version
 
-        return version("megatron-core")
-    except Exception:
+    v = installed_version()
+    if v is None:
         import megatron.core as mc
 
-        return getattr(mc, "__version__", "unknown")
+        return str(getattr(mc, "__version__", "unknown"))
+    return v
 
 
 class Api:

@@ -56,7 +56,7 @@ class MegatronSUT(SUT):
             ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
 
     def policy(self) -> str:
-        # PR #3919 (in 0.16+): tensor_parallel.checkpoint runs the function without checkpointing
+        # PR #3919 (in 0.18.0+): tensor_parallel.checkpoint runs the function without checkpointing
         # during graph warmup and capture: recap's "skip"; before it, CheckpointFunction always
         # checkpoints: recap's "naive"
         src = inspect.getsource(self.api.tensor_parallel.random.checkpoint)
