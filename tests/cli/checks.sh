@@ -995,7 +995,7 @@ assert any("gone in" in w[2] for w in want), want
 # Markdown: a table of 6 cells a line, the separator second, rows in order
 t = [l for l in md if l.startswith("|")]
 cells = [[c.replace("\\*", "*") for c in l[2:-2].split(" | ")] for l in t]
-assert all(len(c) == 6 for c in cells), [len(c) for c in cells]
+assert all(len(c) == 6 for i, c in enumerate(cells) if i != 1), [len(c) for c in cells]
 assert t[1] == "|---|---|---|---|---|---|", t[1]
 assert cells[0] == ["finding", "bucket", "recap 1.2", "recap 1.9", "recap 1.10", "appears in / gone in"], cells[0]
 body = cells[2:]
