@@ -45,6 +45,9 @@ Json campaign_summary_json(const CampaignResult& r) {
     for (const auto& [b, j] : r.judged)
       k[b] = {{"accepted", j.accepted}, {"new", j.new_cases}, {"known", j.new_cases == 0 && !j.accepted.empty()}};
     s["known_findings"] = {{"file", r.known_findings}, {"buckets", k}};
+    Json ids = Json::array();
+    for (const auto& u : r.known_not_seen) ids.push_back(u.id);
+    s["known_findings_not_seen"] = ids;
   }
   Json f = Json::array();
   for (const auto& x : r.failures) {
@@ -108,6 +111,12 @@ void ConsoleReporter::report(const Outcome& o) {
       }
       std::printf("    %6d  %s%s\n", v, k.c_str(), note.c_str());
     }
+  }
+  for (const auto& u : r.known_not_seen) {  // --known-findings: what the file may lose (not a failure)
+    std::string b;
+    for (const auto& x : u.buckets) b += (b.empty() ? "" : ", ") + x;
+    std::printf("  known finding %s (bucket%s %s) did not occur in %d judged cases\n", u.id.c_str(),
+                u.buckets.size() == 1 ? "" : "s", b.c_str(), judged);
   }
   for (const auto& line : r.crashes) std::printf("  crashed: %s\n", line.c_str());
   if (r.failures.empty() && r.crashes.empty()) {

@@ -59,6 +59,13 @@ struct BucketJudgement {
   int new_cases = 0;                    // cases no known finding accepts
 };
 
+// --known-findings: a known finding that accepted no failing case of the campaign (so the file may
+// shrink): not a failure.
+struct UnseenFinding {
+  std::string id;
+  std::vector<std::string> buckets;
+};
+
 struct CampaignResult {
   int cases = 0;
   std::map<std::string, int> by_disposition;
@@ -75,6 +82,7 @@ struct CampaignResult {
   // Set by the CLI after the campaign when --known-findings was given (not merged: judged once).
   std::string known_findings;                      // the file
   std::map<std::string, BucketJudgement> judged;  // bucket -> its failing cases, judged
+  std::vector<UnseenFinding> known_not_seen;      // the file's findings that accepted no case, in its order
 };
 
 struct ReplayOutcome {

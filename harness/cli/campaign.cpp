@@ -165,6 +165,7 @@ void set_known_findings(CampaignOptions& o, const std::string& path) {
 
 int mark_known(CampaignResult& r, const KnownFindings& known) {
   r.judged.clear();
+  r.known_not_seen.clear();
   r.known_findings = known.path;
   if (known.given()) {
     for (const Json& rep : r.reports) {
@@ -176,6 +177,12 @@ int mark_known(CampaignResult& r, const KnownFindings& known) {
       auto& j = r.judged[bucket];
       if (id.empty()) ++j.new_cases;
       else ++j.accepted[id];
+    }
+    // the findings that accepted no case: where the file may shrink, after an upgrade
+    for (const auto& e : known.entries) {
+      bool seen = false;
+      for (const auto& [b, j] : r.judged) seen = seen || j.accepted.count(e.id) > 0;
+      if (!seen) r.known_not_seen.push_back({e.id, {e.buckets.begin(), e.buckets.end()}});
     }
   }
   if (known.given()) {

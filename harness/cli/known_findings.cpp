@@ -176,6 +176,7 @@ KnownFindings read_known_findings(const std::string& path) {
       for (auto it = s.begin(); it != s.end(); ++it)
         if ((it.key() != "name" && it.key() != "version") || !it.value().is_string())
           throw std::runtime_error("sut." + one_line(it.key(), 40) + ": expected name or version, a string");
+      k.sut_name = s.value("name", "");
     }
     if (j.contains("description") && !j["description"].is_string()) throw std::runtime_error("description: expected a string");
     const Json f = j.value("findings", Json());

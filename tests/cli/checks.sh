@@ -907,6 +907,203 @@ report_to_a_fifo)
   [ -p out.fifo ] || fail "the fifo was replaced"
   grep -q '"schema": "recap.report/1"' got.json || fail "the reader did not get the report"
   ;;
+compare_findings_matrix)
+  # Issue 20: recap compare. Sim campaigns stand in for versions (their context.sut.version set
+  # here): 1.2 = the naive policy, two seeds (merged into one column), 1.9 = every policy drawn,
+  # 1.10 = graph-safe (no failure). Each cell must be the reports' own failing cases of its bucket
+  # (the two 1.2 reports summed), split by the known finding that accepts each case (CAP: the naive
+  # capture failure in per-layer cases only), with the bucket's counterexample file; a row goes
+  # "gone" / "appears in" where its counts go to or from zero; plain text and Markdown hold the same
+  # table; the output is deterministic; bad input is one line, exit 2.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 60 --shrink-limit 20 --corpus-dir f --report a.json > /dev/null
+  "$recap" fuzz --backend sim --policy naive --seed 6 --cases 60 --shrink-limit 20 --corpus-dir f --report a2.json > /dev/null
+  "$recap" fuzz --backend sim --seed 2 --cases 100 --shrink-limit 5 --corpus-dir f --report b.json > /dev/null
+  "$recap" fuzz --backend sim --policy graph-safe --seed 1 --cases 60 --corpus-dir f --report c.json > /dev/null || fail "graph-safe failed"
+  "$py" - <<'PY' || fail "making the versions"
+import json
+for f, v in (("a.json", "1.2"), ("a2.json", "1.2"), ("b.json", "1.9"), ("c.json", "1.10")):
+    r = json.load(open(f))
+    assert r["context"]["sut"]["name"] == "recap", r["context"]["sut"]
+    r["context"]["sut"]["version"] = v
+    json.dump(r, open(f, "w"))
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+json.dump({"schema": "recap.known-findings/1", "findings": [
+    {"id": "CAP", "summary": "naive capture failure, per-layer", "buckets": [B], "when": {"executor": ["per-layer"]}},
+    {"id": "NEVER", "summary": "not on recap's runtime", "buckets": ["capture_clean/failed//NameError/"], "when": {}}]},
+    open("known.json", "w"))
+PY
+  # reports in no order; the two 1.2 reports merge, a.json (given first) gives 1.2's files
+  "$recap" compare c.json a.json b.json a2.json --known-findings known.json --markdown > md.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat md.txt; fail "compare --markdown: exit $rc"; }
+  "$recap" compare c.json a.json b.json a2.json --known-findings known.json > txt.txt || fail "compare: exit $?"
+  cat txt.txt
+  "$recap" compare c.json a.json b.json a2.json --known-findings known.json --markdown > md2.txt
+  cmp -s md.txt md2.txt || fail "two runs differ"
+  "$py" - md.txt txt.txt <<'PY' || fail "the matrix"
+import json, os, re, sys
+md, txt = open(sys.argv[1]).read().splitlines(), open(sys.argv[2]).read().splitlines()
+def bucket(r):
+    for c in r["checks"]:
+        if c["disposition"] in ("failed", "incorrect", "crashed"):
+            e = c.get("capture_error", {})
+            t = c.get("divergence", {}).get("tensor", "")
+            return "/".join([c["property"], c["disposition"], e.get("api", ""), e.get("error", ""), t.split(" ")[0]])
+    return ""
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+cols = [("recap 1.2", ["a.json", "a2.json"]), ("recap 1.9", ["b.json"]), ("recap 1.10", ["c.json"])]
+counts, files, summ = [], [], []
+for label, fs in cols:
+    n, rep, s = {}, {}, {"reports": len(fs), "cases run": 0}
+    for f in fs:
+        r = json.load(open(f))
+        own = {}
+        for c in r["cases"]:
+            b = bucket(c)
+            if not b: continue
+            own[b] = own.get(b, 0) + 1
+            k = ("CAP" if b == B and c["spec"]["executor"] == "per-layer" else "-", b)
+            n[k] = n.get(k, 0) + 1
+        assert own == r["summary"]["buckets"], (f, own, r["summary"]["buckets"])
+        s["cases run"] += r["summary"]["cases"]
+        for d in ("passed", "failed", "incorrect", "crashed", "out-of-memory", "skipped"):
+            s[d] = s.get(d, 0) + r["summary"]["by_disposition"].get(d, 0)
+        for x in r["summary"]["failures"]:
+            if x["bucket"] not in rep:
+                rep[x["bucket"]] = os.path.basename(x["corpus_file"]) if x["corpus_file"] else None
+    counts.append(n); files.append(rep); summ.append(s)
+assert counts[0] and counts[1] and not counts[2], counts  # failures in 1.2 and 1.9, none in 1.10
+rows = sorted({k for n in counts for k in n}, key=lambda k: (k[0] == "-", k[0], k[1]))
+assert ("CAP", B) in rows and ("-", B) in rows, rows  # one bucket, split by the finding
+# expected cells and the last column
+want = []
+for k in rows:
+    cells, changes, before = [], [], None
+    for (label, _), n, rep in zip(cols, counts, files):
+        c = n.get(k, 0)
+        if c:
+            f = rep.get(k[1])
+            cells.append((c, f))  # f None: not written (flaky): the cell ends in *
+        else:
+            cells.append("gone" if before else "-")
+        if before == 0 and c: changes.append("appears in " + label)
+        if before and not c: changes.append("gone in " + label)
+        before = c
+    want.append((k, cells, "; ".join(changes)))
+assert any("appears in" in w[2] for w in want), "no finding appears: choose other seeds"
+assert any("gone in" in w[2] for w in want), want
+# Markdown: a table of 6 cells a line, the separator second, rows in order
+t = [l for l in md if l.startswith("|")]
+cells = [[c.replace("\\*", "*") for c in l[2:-2].split(" | ")] for l in t]
+assert all(len(c) == 6 for i, c in enumerate(cells) if i != 1), [len(c) for c in cells]
+assert t[1] == "|---|---|---|---|---|---|", t[1]
+assert cells[0] == ["finding", "bucket", "recap 1.2", "recap 1.9", "recap 1.10", "appears in / gone in"], cells[0]
+body = cells[2:]
+for i, key in enumerate(["reports", "cases run", "passed", "failed", "incorrect", "crashed", "out-of-memory", "skipped"]):
+    assert body[i] == [key, ""] + [str(s[key]) for s in summ] + [""], (body[i], key)
+findings = body[8:]
+assert [tuple(r[:2]) for r in findings] == rows, ([r[:2] for r in findings], rows)
+for r, (k, exp, changes) in zip(findings, want):
+    assert r[5] == changes, (k, r[5], changes)
+    for got, e in zip(r[2:5], exp):
+        if isinstance(e, str):
+            assert got == e, (k, got, e)
+        else:
+            n, f = e
+            assert got == (f"{n} {f}" if f else got) and got.startswith(f"{n} "), (k, got, e)
+            if not f: assert got.endswith("*"), (k, got)
+for k, exp, _ in want:  # the written counterexamples exist
+    for e in exp:
+        if not isinstance(e, str) and e[1]: assert os.path.exists("f/" + e[1]), e[1]
+assert "Known findings in no report: NEVER" in md, md[-3:]
+# plain text: the same rows, cells two or more spaces apart
+for r in [cells[0]] + body:
+    pat = r"\s{2,}".join(re.escape(c) for c in r if c)
+    assert any(re.fullmatch(pat, l.rstrip()) for l in txt), ("not in the text table:", r)
+print(len(rows), "rows;", "; ".join(f"{k[0]} {k[1]}: {c}" for k, _, c in want if c))
+PY
+  # Bad input: one line, exit 2.
+  "$py" - <<'PY'
+import json
+r = json.load(open("a.json"))
+b = next(iter(r["summary"]["buckets"]))
+r["summary"]["buckets"][b] += 1
+json.dump(r, open("edited.json", "w"))
+r = json.load(open("a.json"))
+del r["context"]["sut"]
+json.dump(r, open("nosut.json", "w"))
+PY
+  "$recap" replay --backend sim "$src/corpus/graph-safe-eager.json" --report replay.json > /dev/null
+  bad() {  # EXPECTED-TEXT ARGS...
+    want="$1"; shift
+    "$recap" compare "$@" > /dev/null 2> err.txt; rc=$?
+    [ "$rc" -eq 2 ] && [ "$(wc -l < err.txt)" -eq 1 ] && grep -qF -- "$want" err.txt || { cat err.txt; fail "compare $*: exit $rc"; }
+  }
+  bad "compare: cannot open 'nope.json'" a.json nope.json
+  bad "compare $src/corpus/graph-safe-eager.json: not a recap.report/1" "$src/corpus/graph-safe-eager.json"
+  bad "compare replay.json: no campaign summary" replay.json
+  bad "compare nosut.json: context.sut has no name and version" nosut.json
+  bad "compare edited.json: its cases give" edited.json
+  bad "compare: ./a.json given twice" a.json b.json ./a.json
+  bad "--known-findings" a.json --known-findings a.json
+  bad "reports is required" --markdown
+  ;;
+known_findings_not_seen)
+  # Issue 20: gate and fuzz with --known-findings name each finding of the file that accepted no
+  # case (a line on the console, its id in summary.known_findings_not_seen), and that is not a
+  # failure; without a finding's bucket the gate fails with exactly that one new bucket. The file
+  # holds one finding that occurs (the naive policy's capture failure) and one that cannot on
+  # recap's runtime (a Python NameError).
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  mkdir corp && cp "$src/corpus/graph-safe-eager.json" corp/
+  g="gate --backend sim --policy naive --seed 5 --cases 100 --shrink-limit 20 --no-coverage --corpus corp"
+  "$recap" $g --corpus-dir g0 --report g0.json > /dev/null; rc=$?
+  [ "$rc" -eq 1 ] || fail "the naive gate without known findings: exit $rc, expected 1"
+  "$py" - g0.json <<'PY' || fail "known-findings files"
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+assert B in s["buckets"], s["buckets"]
+rest = sorted(b for b in s["buckets"] if b != B)
+occurs = {"id": "OCCURS", "summary": "naive capture failure", "buckets": [B], "when": {}}
+never = {"id": "NEVER", "summary": "not on recap's runtime", "buckets": ["capture_clean/failed//NameError/"], "when": {}}
+others = [{"id": "REST", "summary": "the other buckets", "buckets": rest, "when": {}}] if rest else []
+json.dump({"schema": "recap.known-findings/1", "findings": [occurs, never] + others}, open("known.json", "w"))
+json.dump({"schema": "recap.known-findings/1", "findings": [never] + others}, open("known2.json", "w"))
+print("buckets:", list(s["buckets"]))
+PY
+  line="known finding NEVER (bucket capture_clean/failed//NameError/) did not occur in"
+  "$recap" $g --known-findings known.json --corpus-dir g1 --report g1.json > g1.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat g1.txt; fail "gate, every bucket known: exit $rc, expected 0"; }
+  "$recap" fuzz --backend sim --policy naive --seed 5 --cases 100 --shrink-limit 20 --require-memory-savings \
+    --known-findings known.json --corpus-dir f1 --report f1.json > f1.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat f1.txt; fail "fuzz, every bucket known: exit $rc, expected 0"; }
+  "$recap" $g --known-findings known2.json --corpus-dir g2 --report g2.json > g2.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat g2.txt; fail "gate without OCCURS: exit $rc, expected 1"; }
+  grep -q "recap gate: FAILED (corpus 1/1 as expected, 1 new bucket, " g2.txt || { cat g2.txt; fail "not exactly one new bucket"; }
+  for o in g1 f1 g2; do
+    n=$("$py" -c "import json; print(json.load(open('$o.json'))['summary']['judged_cases'])")
+    [ "$n" -gt 0 ] || fail "$o: no judged case"
+    grep -qxF "  $line $n judged cases" $o.txt || { cat $o.txt; fail "$o: no 'did not occur' line for NEVER"; }
+    ! grep -q "known finding OCCURS\|known finding REST" $o.txt || { cat $o.txt; fail "$o: a finding that occurred is listed"; }
+    validate_report $o.json
+  done
+  "$py" - g1.json f1.json g2.json <<'PY' || fail "known_findings_not_seen in the reports"
+import json, sys
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+g1, f1, g2 = (json.load(open(p))["summary"] for p in sys.argv[1:4])
+for s in (g1, f1, g2):
+    assert s["known_findings_not_seen"] == ["NEVER"], s["known_findings_not_seen"]
+assert g1["known_findings"]["buckets"][B]["accepted"] == {"OCCURS": g1["buckets"][B]}, g1["known_findings"]
+assert [f["bucket"] for f in g2["failures"] if not f["known"]] == [B], g2["failures"]
+print("not seen:", g1["known_findings_not_seen"], "; new in g2:", B)
+PY
+  # a gate's report is a column of recap compare like a fuzz report
+  "$py" -c "import json; r=json.load(open('f1.json')); r['context']['sut']['version']='2'; json.dump(r, open('f1v2.json','w'))"
+  "$recap" compare g1.json f1v2.json > cmp.txt || { cat cmp.txt; fail "compare of a gate and a fuzz report: exit $?"; }
+  n=$("$py" -c "import json; print(json.load(open('g1.json'))['summary']['cases'])")
+  grep -qE "^cases run +$n +100 *$" cmp.txt || { cat cmp.txt; fail "the gate's column"; }
+  ;;
 out_of_memory_is_its_own_verdict)
   # A device that is too small (RECAP_SIM_MEMORY_BYTES: sim's capacity) makes cases run out of
   # memory: they are `out-of-memory`, judged by no oracle and never a failure (exit 0, nothing
