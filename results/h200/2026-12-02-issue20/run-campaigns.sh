@@ -25,5 +25,23 @@ for v in ${VERSIONS:-0.16.1 0.17.1 0.18.2 main}; do
   env OUT="$o/$v" CAMPAIGNS=$n "BUDGET_$u=$B" "LIMIT_$u=$L" "KNOWN_$u=$known" "${common[@]}" \
     scripts/gpu-sut-campaigns.sh "$N" "$J" &
 done
+# recap's kept megatron findings (corpus/frameworks/megatron-0.15.3 and -0.19.2), each file
+# replayed on every version here: what each finding does on the versions in between and on main
+# (a file whose policy the version does not run is skipped with the driver's reason)
+if [ "${CROSS_REPLAY:-1}" = 1 ] && [ -z "${SUFFIX:-}" ]; then
+  for v in ${VERSIONS:-0.16.1 0.17.1 0.18.2 main}; do
+    (
+      if [ "$v" = main ]; then s=megatron py="$PWD/.device/megatron-main:$PWD/drivers"
+      else s=megatron@$v py="/tmp/recap-site-$v:$PWD/drivers"
+        while [ ! -d /tmp/recap-site-$v/megatron ] && [ "$(date +%s)" -lt $(( t0 + 300 )) ]; do sleep 2; done; sleep 5  # the campaign installs it
+      fi
+      timeout $(( t0 + 540 - $(date +%s) )) "$RECAP_BIN" replay corpus/frameworks/megatron-0.15.3/*.json \
+        corpus/frameworks/megatron-0.19.2/*.json --sut "$s" --backend cuda --require-memory-savings --case-timeout 120 \
+        --worker-env "PYTHONPATH=$py" --report "$o/cross-replay-$v.json" > "$o/cross-replay-$v.log" 2>&1
+      echo "cross replay on $v: exit $?; $(tail -n 1 "$o/cross-replay-$v.log")" >> "$o/cross-summary.txt"
+    ) &
+  done
+fi
 wait
+cat "$o"/cross-summary.txt 2>/dev/null
 cat "$o"/*/summary.txt | grep -v "reproduce:" | tail -n 80
