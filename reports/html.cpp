@@ -650,6 +650,7 @@ tr.short,tr.new{background:#fff1f0}tr.known{background:#f6ffed}
 .plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0;flex:1 1 560px;min-width:480px}
 figcaption{font-size:.85em;color:#555}.note,.sub{font-size:.85em;color:#555}.bad{color:#a8071a}
 nav ul{columns:2}.why div{font-size:.85em}div.wide{overflow-x:auto}
+table.configs{font-size:.85em}table.configs td.name{min-width:14em}table.configs td.verdict{min-width:12em;max-width:20em}
 table.buckets td:first-child{min-width:16em}table.buckets td:nth-child(5){min-width:18em}
 )";
 

@@ -27,6 +27,14 @@ std::string clean(const std::string& s) {
 size_t columns(const std::string& s) {  // code points, not bytes
   return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
+// At most n characters (code points), "..." in place of the rest.
+std::string cut(const std::string& s, size_t n) {
+  if (columns(s) <= n) return s;
+  size_t chars = 0, i = 0;
+  for (; i < s.size(); ++i)
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && ++chars > n - 3) break;
+  return s.substr(0, i) + "...";
+}
 
 // Columns padded to their widest cell; a row may carry lines printed under it.
 struct TextTable {
@@ -38,7 +46,15 @@ struct TextTable {
   };
   std::vector<Row> rows;
 
+  // A cell is at most this many characters: one long name must not pad every row to its width.
+  static constexpr size_t kMaxCell = 80;
+
   std::string str(const std::string& indent) const {
+    std::vector<Row> rows = this->rows;
+    for (auto& r : rows) {
+      for (auto& c : r.cells) c = cut(c, kMaxCell);
+      for (auto& u : r.under) u = cut(u, 4 * kMaxCell);
+    }
     std::vector<size_t> w(head.size());
     for (size_t i = 0; i < head.size(); ++i) w[i] = columns(head[i]);
     for (const auto& r : rows)
@@ -59,14 +75,6 @@ struct TextTable {
     return s;
   }
 };
-
-// At most 90 bytes, cut on a character's boundary.
-std::string one_line_cut(const std::string& s) {
-  if (s.size() <= 90) return s;
-  size_t n = 87;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return s.substr(0, n) + "...";
-}
 
 bool passed(const Configuration& c) { return c.verdict == "passed"; }
 // A number of a configuration: bracketed when the configuration did not pass.
@@ -232,7 +240,7 @@ std::string campaign_text(const LoadedReport& rep) {
       std::string d;
       for (const auto& [k, n] : q.by_disposition) d += (d.empty() ? "" : ", ") + k + " " + std::to_string(n);
       const std::string why = q.skip_reasons.empty() ? "" : std::to_string(q.skip_reasons[0].second) + "x " + q.skip_reasons[0].first;
-      t.rows.push_back({{clean(q.property), std::to_string(q.judged), std::to_string(q.skipped), clean(d), clean(one_line_cut(why))}, {}});
+      t.rows.push_back({{clean(q.property), std::to_string(q.judged), std::to_string(q.skipped), clean(d), clean(why)}, {}});
     }
     s += "  properties:\n" + t.str("    ");
   }

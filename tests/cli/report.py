@@ -96,7 +96,8 @@ def text_mode():
     for doc in (a_doc, b_doc):
         for size in doc["sizes"]:
             for c in size["configurations"]:
-                rows = [l for l in lines if l.startswith("  " + c["name"] + " ")]
+                shown = c["name"] if len(c["name"]) <= 80 else c["name"][:77] + "..."  # a cell has 80 characters at most
+                rows = [l for l in lines if l.startswith("  " + shown + " ")]
                 if not rows:
                     problems.append(f"no row for {size['name']} / {c['name']!r}")
                     continue
