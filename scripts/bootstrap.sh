@@ -17,6 +17,8 @@ esac
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
           nlohmann-json3-dev libcli11-dev
           python3-jsonschema libxml2-utils  # tests validate the report and the JUnit file
+          python3-plotly                    # plotly.js, which `recap report` inlines into its page
+          chromium                          # cli.report_html_in_chromium loads that page headless
           clang                             # the sanitize preset (ASan + UBSan), which `test` runs too
           python3-venv)                     # the drivers' Python environment (below)
 missing=()

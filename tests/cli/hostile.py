@@ -124,6 +124,63 @@ for out in ("a-directory", "no/such/folder/r.json", odd.decode("utf-8", "surroga
     run(["replay", "--backend", "sim", good, "--report", out], f"--report {out!r}")
     run(["run", "--backend", "sim", good, "--json", out], f"run --json {out!r}")
 
+# ---- recap report: mutated trade-off and campaign reports, odd paths ----------------------------
+tradeoff = json.load(open(os.path.join(src, "tests", "cli", "data", "tradeoff-small.json")))
+rmuts = {}
+
+
+def tmut(name, edit, raw=None):
+    d = json.loads(json.dumps(tradeoff))
+    if edit:
+        edit(d)
+    rmuts[name] = raw if raw is not None else json.dumps(d)
+
+
+conf = lambda d: d["sizes"][0]["configurations"][1]  # noqa: E731
+for v in ("1e400", "-1", "3.5", "true", '"7"', "null", "18446744073709551616", "[]", "{}"):
+    for field, where in (("median", lambda d: conf(d)["step_ms"]), ("peak_allocated", lambda d: conf(d)["memory"]),
+                         ("layers", lambda d: d["sizes"][0]), ("tflops", conf), ("matmul_bf16_tflops", lambda d: d["context"])):
+        def edit(d, field=field, where=where):
+            where(d)[field] = "@@"
+        d = json.loads(json.dumps(tradeoff))
+        edit(d)
+        rmuts[f"{field}={v}"] = json.dumps(d).replace('"@@"', v)
+tmut("p10-above-median", lambda d: conf(d)["step_ms"].update(p10=99.0))
+tmut("no-samples", lambda d: conf(d)["step_ms"].update(samples=[]))
+tmut("no-configurations", lambda d: d["sizes"][0].update(configurations=[]))
+tmut("no-sizes", lambda d: d.update(sizes=[]))
+tmut("unknown-verdict", lambda d: conf(d).update(verdict="fine\n"))
+tmut("two-names", lambda d: conf(d).update(name=d["sizes"][0]["configurations"][0]["name"]))
+tmut("control-chars", lambda d: conf(d).update(name="a\x1b[2J\nb\r", findings=[{"bucket": "\x07\x1b]0;t\x07"}]))
+tmut("long-name", lambda d: conf(d).update(name="n" * 200000))
+tmut("choice-not-string", lambda d: conf(d).update(choice={"style": 3}))
+tmut("many-configurations", lambda d: d["sizes"][0].update(
+    configurations=[dict(conf(d), name=f"c{i}") for i in range(3000)]))
+tmut("schema-number", lambda d: d.update(schema=1))
+tmut("schema-unknown", lambda d: d.update(schema="recap.tradeoff/2"))
+tmut("no-schema", lambda d: d.pop("schema"))
+text = json.dumps(tradeoff)
+tmut("depth-50000", None, text.replace('"findings": []', '"findings": ' + "[" * 50000 + "]" * 50000, 1))
+tmut("duplicate-key", None, text.rstrip().rstrip("}") + ', "sizes": []}')
+tmut("nul", None, text[:50] + "\0" + text[50:])
+tmut("truncated", None, text[: len(text) // 2])
+tmut("not-an-object", None, "[1]")
+campaign = {"schema": "recap.report/1", "context": {"command": "fuzz"}, "summary": {}, "cases": []}
+for k, v in (("buckets", [1]), ("properties", {"x": "y"}), ("failures", "no"), ("coverage", {"requirements": [1, "a"]}),
+             ("by_disposition", {"passed": "many"}), ("crashes", [{"a": 1}]), ("known_findings", {"buckets": {"b": 3}})):
+    c = json.loads(json.dumps(campaign))
+    c["summary"][k] = v
+    rmuts[f"campaign-{k}"] = json.dumps(c)
+rmuts["campaign-no-summary"] = json.dumps({"schema": "recap.report/1", "context": {}})
+rmuts["campaign-cases-string"] = json.dumps(dict(campaign, cases="x", replays=[1, {"expected": 3}]))
+for name, body in rmuts.items():
+    path = write(f"report-{name.replace('=', '_')}.json", body)
+    run(["report", path, "-o", "page.html", "--text"], f"report [{name}]")
+for p in paths:
+    run(["report", p], f"report path {p!r}")
+for out in ("a-directory", "no/such/folder/r.html", "/dev/full"):
+    run(["report", os.path.join(src, "tests", "cli", "data", "tradeoff-small.json"), "-o", out], f"report -o {out!r}")
+
 # ---- flags at their edges ----------------------------------------------------------------------
 flags = [
     ["fuzz", "--seed", ""], ["fuzz", "--seed", " 5"], ["fuzz", "--seed", "-1"], ["fuzz", "--seed", "99999999999999999999999"],
