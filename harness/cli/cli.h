@@ -99,5 +99,6 @@ void add_replay_command(CLI::App& app, Runner* run);
 void add_gate_command(CLI::App& app, Runner* run);
 void add_worker_command(CLI::App& app, Runner* run);
 void add_mutants_command(CLI::App& app, Runner* run);
+void add_merge_command(CLI::App& app, Runner* run);
 
 }  // namespace recap::cli
