@@ -26,6 +26,8 @@ Json context_to_json(const RunContext& c) {
   if (c.chunk_cases > 0) j["chunk_cases"] = c.chunk_cases;
   j.update(Json{{"jobs", c.jobs}, {"shard", c.shard}, {"started_utc", c.started_utc}, {"host", c.host}});
   if (!c.sut_name.empty()) j["sut"] = {{"name", c.sut_name}, {"version", c.sut_version}, {"device", c.sut_device}};
+  if (!c.flags.is_null()) j["flags"] = c.flags;
+  if (!c.merged_from.empty()) j["merged_from"] = c.merged_from;
   return j;
 }
 

@@ -37,6 +37,11 @@ struct RunContext {
   // The system under test: what --sut named (recap, recap-worker, torch, megatron), its version and
   // device as its hello said; "sut" in the JSON when sut_name is set.
   std::string sut_name, sut_version, sut_device;
+  // fuzz and gate: the flags that decide the campaign's cases and verdicts beyond the fields above
+  // (require_memory_savings, no_checkpoint, no_dropout, faults, dims, shrink_limit, stop_on_first,
+  // time_budget, known_findings), "flags" in the JSON when not null: recap merge compares them.
+  Json flags;
+  std::vector<std::string> merged_from;  // recap merge: the shard reports it merged, in shard order
 };
 Json context_to_json(const RunContext& c);
 // RECAP_GIT_COMMIT from the environment (a full or abbreviated hash, at least 7 hex digits),

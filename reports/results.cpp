@@ -158,6 +158,35 @@ CampaignResult campaign_from_json(const Json& j) {
   return r;
 }
 
+CampaignResult campaign_from_report(const Json& report) {
+  const Json summary = report.value("summary", Json::object());
+  if (!summary.is_object() || !summary.contains("chunks") || !summary.contains("report_chunks"))
+    throw std::runtime_error("no chunk totals (a report of recap fuzz from before --resume, or of another command)");
+  CampaignResult r;
+  try {
+    Json parts = summary;  // campaign_from_json's field names, as the summary has them
+    parts["reports"] = report.value("cases", Json::array());
+    r = campaign_from_json(parts);
+    // A worker that died adds cases to the summary's counts that no chunk holds, and no finding
+    // tally: the tallies are the chunks' alone, as in the campaign that wrote the report.
+    r.finding_tallies.clear();
+    for (const auto& [c, t] : r.chunks)
+      for (const auto& [k, v] : t.finding_tallies) add_tally(&r.finding_tallies[k], v);
+    if (summary.contains("known_findings")) {
+      const Json& k = summary.at("known_findings");
+      r.known_findings = k.at("file").get<std::string>();
+      for (const auto& [b, j] : k.at("buckets").items()) {
+        r.judged[b].accepted = j.at("accepted").get<std::map<std::string, int>>();
+        r.judged[b].new_cases = j.at("new").get<int>();
+      }
+    }
+  } catch (const Json::exception& e) {
+    throw std::runtime_error(e.what());
+  }
+  if (r.report_chunks.size() != r.reports.size()) throw std::runtime_error("report_chunks does not match its cases");
+  return r;
+}
+
 void sort_reports_by_chunk(CampaignResult& r) {
   if (r.report_chunks.size() != r.reports.size()) return;
   std::vector<size_t> idx(r.reports.size());

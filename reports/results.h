@@ -127,6 +127,11 @@ Json failure_to_json(const FailureRecord& f);
 FailureRecord failure_from_json(const Json& j);
 Json campaign_to_json(const CampaignResult& r);
 CampaignResult campaign_from_json(const Json& j);
+// The campaign a recap.report/1 of recap fuzz holds (its summary and cases), back in memory: what
+// --resume and recap merge read. Finding tallies are the sum of its chunks' (the summary has their
+// lines only); --known-findings judgements come back from summary.known_findings. Throws
+// std::runtime_error naming what is missing or wrong.
+CampaignResult campaign_from_report(const Json& report);
 // Sets r's counts (cases, by_disposition, classification, buckets, finding tallies and lines) to
 // the sum of its chunks' totals (r.chunks): a campaign counts each case once, in its chunk.
 void sum_chunks(CampaignResult& r);

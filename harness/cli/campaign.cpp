@@ -52,8 +52,8 @@ CampaignResult run_in_process(const CampaignOptions& o) {
 
 }  // namespace
 
-// One counterexample per bucket: chunks shrink their failures independently (so that a campaign's
-// result does not depend on how chunks are dealt to jobs), and the lowest chunk's is kept.
+// Chunks shrink their failures independently (so that a campaign's result does not depend on how
+// chunks are dealt to jobs), and the lowest chunk's is kept.
 void one_per_bucket(CampaignResult& r) {
   std::stable_sort(r.failures.begin(), r.failures.end(),
                    [](const FailureRecord& a, const FailureRecord& b) { return a.chunk < b.chunk; });
@@ -85,9 +85,7 @@ CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::ve
   auto bad = [&](const std::string& why) { return UsageError("--resume " + one_line(path, 120) + ": " + why); };
   if (!rep.is_object() || rep.value("schema", Json()) != Json(reports::kReportSchema)) throw bad("not a recap.report/1");
   Json ctx = rep.value("context", Json::object());
-  const Json summary = rep.value("summary", Json::object());
-  if (!ctx.is_object() || !summary.is_object() || !summary.contains("chunks") || !summary.contains("report_chunks"))
-    throw bad("no chunk totals (a report of recap fuzz from before --resume, or of another command)");
+  if (!ctx.is_object()) throw bad("its context is not an object");
   // the same campaign: what decides its cases
   auto same = [&](const char* key, const Json& want) {
     if (ctx.value(key, Json()) != want)
@@ -105,13 +103,10 @@ CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::ve
   if (sut != o->sut_kind) throw bad("it ran on system " + one_line(sut, 40) + ", this campaign on " + o->sut_kind);
   CampaignResult all;
   try {
-    Json parts = summary;  // campaign_from_json's field names, as the summary has them
-    parts["reports"] = rep.value("cases", Json::array());
-    all = reports::campaign_from_json(parts);
+    all = reports::campaign_from_report(rep);
   } catch (const std::exception& e) {
     throw bad(one_line(e.what(), 160));
   }
-  if (all.report_chunks.size() != all.reports.size()) throw bad("report_chunks does not match its cases");
   CampaignResult kept;
   for (const auto& [c, t] : all.chunks) {
     if (!t.complete) continue;
@@ -125,17 +120,18 @@ CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::ve
       kept.report_chunks.push_back(all.report_chunks[i]);
     }
   for (auto& f : all.failures) {
+    if (!f.corpus_path.empty()) rerun_files->push_back(f.corpus_path);
     if (o->fuzz.skip_chunks.count(f.chunk)) kept.failures.push_back(std::move(f));
-    else if (!f.corpus_path.empty()) rerun_files->push_back(f.corpus_path);
   }
   return kept;
 }
 
 void remove_replaced_files(const std::vector<std::string>& files, const CampaignResult& r) {
   std::set<std::string> written;
-  for (const auto& f : r.failures) written.insert(f.corpus_path);
+  for (const auto& f : r.failures)
+    if (!f.corpus_path.empty()) written.insert(std::filesystem::path(f.corpus_path).filename().string());
   for (const auto& p : files) {
-    if (written.count(p)) continue;
+    if (written.count(std::filesystem::path(p).filename().string())) continue;
     std::error_code ec;
     std::filesystem::remove(p, ec);  // already gone, or never written: nothing to undo
   }
@@ -207,6 +203,10 @@ int mark_known(CampaignResult& r, const KnownFindings& known) {
       }
     }
   }
+  return count_unknown(r);
+}
+
+int count_unknown(CampaignResult& r) {
   auto known_bucket = [&](const std::string& b) {
     auto j = r.judged.find(b);
     return j != r.judged.end() && j->second.new_cases == 0 && !j->second.accepted.empty();

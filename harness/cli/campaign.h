@@ -63,6 +63,13 @@ void confirm_failures(CampaignResult& r, const CampaignOptions& o);
 // Returns how many buckets are not known (their counterexamples, and any bucket with new cases but
 // no counterexample). Without a file nothing is known.
 int mark_known(CampaignResult& r, const KnownFindings& known);
+// The end of mark_known, from r.judged as it stands: each counterexample is known when every failing
+// case of its bucket was accepted; returns how many buckets are not known (recap merge: the
+// judgements of its shards, summed).
+int count_unknown(CampaignResult& r);
+// One counterexample per bucket: the lowest chunk's (chunks shrink independently, so that how
+// chunks are dealt to jobs and shards changes nothing).
+void one_per_bucket(CampaignResult& r);
 CampaignResult run_workers(const CampaignOptions& o);
 // Writes each failure to the corpus dir (sets corpus_path), recording the system under test that
 // found it (its kind and version: what `recap replay FILE` runs it on); throws UsageError when it
@@ -80,12 +87,14 @@ int settle_failures(CampaignResult& r, const CampaignOptions& o, const KnownFind
 // cases, totals and counterexamples; partial chunks are run again) and, in o->fuzz.skip_chunks,
 // those chunks. UsageError, one line, when the file is not a recap.report/1 of this campaign (its
 // seed, cases, policy, backend, shard and system under test) or lacks the chunk totals. *rerun_files
-// gets the corpus files the interrupted run wrote for the chunks that run again: a case of a later
-// chunk that stood for a bucket its lowest chunk had not reached yet, or a shrink cut short by the
-// signal; the resumed run may write another file for them (remove_replaced_files).
+// gets every corpus file the interrupted run wrote: the resumed run writes again those it keeps,
+// and not those of a chunk that runs again (a shrink cut short by the signal) or whose bucket a
+// chunk that runs again takes (a later chunk's case stood for a bucket whose lowest chunk had not
+// reached it yet: another job's chunk, or a shard missing from a recap merge --allow-partial).
 CampaignResult read_resumed(const std::string& path, CampaignOptions* o, std::vector<std::string>* rerun_files);
-// Removes each of `files` that no failure of `r` was written to, so a resumed campaign leaves the
-// corpus an uninterrupted run leaves.
+// Removes each of `files` whose name no failure of `r` was written under, so a resumed campaign
+// leaves the corpus an uninterrupted run leaves (by name: resumed into another --corpus-dir, the
+// files the campaign keeps stay where the interrupted run wrote them too).
 void remove_replaced_files(const std::vector<std::string>& files, const CampaignResult& r);
 // The resumed part and the rest of the campaign, as one uninterrupted run would have reported it.
 void merge_resumed(CampaignResult& kept, CampaignResult&& rest);

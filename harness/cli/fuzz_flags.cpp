@@ -187,6 +187,16 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   c.sut_name = o.sut_kind;
   c.sut_version = o.sut_info.version;
   c.sut_device = o.sut_info.device;
+  // what else decides the cases and their verdicts (recap merge refuses shards that differ in them)
+  c.flags = {{"require_memory_savings", o.fuzz.oracle.require_memory_savings},
+             {"no_checkpoint", o.fuzz.gen.no_checkpoint},
+             {"no_dropout", o.fuzz.gen.no_dropout},
+             {"faults", o.fuzz.gen.faults},
+             {"dims", o.fuzz.gen.backend == device::Backend::Cuda ? "large" : "small"},
+             {"shrink_limit", o.fuzz.shrink_limit},
+             {"stop_on_first", !o.fuzz.keep_going},
+             {"time_budget", o.fuzz.time_budget_s},
+             {"known_findings", o.known->path}};
   return c;
 }
 

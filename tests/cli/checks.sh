@@ -685,6 +685,168 @@ PY
   mkdir -p merged; cp s0/*.json s1/*.json merged/ 2>/dev/null
   for f in all/*.json; do [ -e "$f" ] || continue; [ -f "merged/$(basename "$f")" ] || fail "corpus of the shards lacks $(basename "$f")"; done
   ;;
+merge_shards_equal_one_run)
+  # recap merge (issue 20): the reports and corpora of --shard 0/3, 1/3 and 2/3 (each with its own
+  # --corpus-dir) merged equal one --jobs 3 run's: the report in canonical form byte for byte, the
+  # corpus file for file. Not vacuous: the campaign fails (exit 1) with counterexamples written, and
+  # the shards wrote more files than the campaign keeps (a bucket found in several shards keeps the
+  # lowest chunk's), so a merge that dropped a case or a file, or copied every shard's, differs.
+  # Then every refusal (exit 2, one line naming the file), and a partial shard: refused, merged with
+  # --allow-partial, and finished by fuzz --resume into the whole campaign.
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  canon="$src/scripts/report-canon.py"
+  args="--backend sim --seed 7 --cases 450 --shrink-limit 5"
+  for i in 0 1 2; do
+    "$recap" fuzz $args --shard $i/3 --corpus-dir c$i --report s$i.json > /dev/null; rc=$?
+    [ "$rc" -le 1 ] || fail "shard $i/3: exit $rc"
+  done
+  "$recap" fuzz $args --jobs 3 --corpus-dir one --report one.json > /dev/null; rc=$?
+  [ "$rc" -eq 1 ] || fail "--jobs 3: exit $rc, expected 1"
+  "$py" "$canon" one.json > one.canon
+  "$recap" merge s2.json s0.json s1.json --report m.json --corpus-dir m --junit m.xml > out.txt; rc=$?
+  head -3 out.txt
+  [ "$rc" -eq 1 ] || fail "merge: exit $rc, expected 1 (the campaign has failures)"
+  "$py" "$canon" m.json > m.canon
+  cmp -s one.canon m.canon || { diff one.canon m.canon | head -20; fail "the merged report differs from one --jobs 3 run's"; }
+  diff -r one m || fail "the merged corpus differs from one --jobs 3 run's"
+  validate_report m.json
+  check_junit m.xml
+  "$py" - <<'PY' || fail "vacuous, or the merged context"
+import json, os
+one, m = (json.load(open(p)) for p in ("one.json", "m.json"))
+kept = sorted(os.listdir("one"))
+shards = sorted({f for d in ("c0", "c1", "c2") for f in os.listdir(d)})
+assert kept and set(kept) < set(shards), (kept, shards)  # some shard files are not the campaign's
+assert len({c for c in one["summary"]["report_chunks"]}) == 5 and one["summary"]["cases"] == 450
+owners = {f["chunk"] % 3 for f in m["summary"]["failures"] if f["corpus_file"]}
+assert len(owners) > 1, owners  # the kept counterexamples come from more than one shard
+ctx = m["context"]
+assert ctx["shard"] == "0/1" and ctx["merged_from"] == ["s0.json", "s1.json", "s2.json"] and ctx["command"] == "fuzz", ctx
+assert all(f["corpus_file"].startswith("m/") for f in m["summary"]["failures"] if f["corpus_file"])
+print("merged:", m["summary"]["cases"], "cases,", len(kept), "corpus files of", len(shards), "the shards wrote, from shards", sorted(owners))
+PY
+  # --known-findings: the shards' judgements sum up to the campaign's (one bucket known in every
+  # shard, the others new), the same report and corpus as one run; a bucket known in one shard but
+  # with new cases in another (made up here) is refused.
+  "$py" - <<'PY' || fail "cannot make the known findings"
+import json
+b = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+assert b in json.load(open("one.json"))["summary"]["buckets"]
+json.dump({"schema": "recap.known-findings/1", "findings": [{"id": "K1", "summary": "naive capture", "buckets": [b], "when": {}}]}, open("known.json", "w"))
+PY
+  for i in 0 1 2; do "$recap" fuzz $args --known-findings known.json --shard $i/3 --corpus-dir kc$i --report ks$i.json > /dev/null; done
+  "$recap" fuzz $args --known-findings known.json --jobs 3 --corpus-dir kone --report kone.json > /dev/null; rc=$?
+  [ "$rc" -eq 1 ] || fail "--known-findings --jobs 3: exit $rc, expected 1"
+  "$recap" merge ks0.json ks1.json ks2.json --report km.json --corpus-dir km > km.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat km.txt; fail "--known-findings merge: exit $rc, expected 1"; }
+  grep -q "(known: K1 [0-9]*)" km.txt || fail "--known-findings merge: the known bucket is not marked"
+  "$py" "$canon" kone.json > kone.canon; "$py" "$canon" km.json > km.canon
+  cmp -s kone.canon km.canon || { diff kone.canon km.canon | head -20; fail "--known-findings: the merged report differs from one run's"; }
+  diff -r kone km || fail "--known-findings: the merged corpus differs from one run's"
+  "$py" - <<'PY' || fail "--known-findings: vacuous, or cannot make the inconsistent shard"
+import json
+m = json.load(open("km.json"))["summary"]
+k = m["known_findings"]["buckets"]["capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"]
+assert k["known"] and k["accepted"]["K1"] > 1 and any(f["known"] for f in m["failures"]) and any(not f["known"] for f in m["failures"]), k
+r = json.load(open("ks1.json"))
+r["summary"]["known_findings"]["buckets"]["capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"]["new"] = 1
+json.dump(r, open("ks1-new.json", "w"))
+print("known findings merged:", k)
+PY
+  # Refusals: exit 2 and one line naming the file and the problem.
+  refused() {  # PATTERN REPORT...
+    pat="$1"; shift
+    "$recap" merge "$@" --report bad.json > /dev/null 2> err.txt; rc=$?
+    { [ "$rc" -eq 2 ] && [ "$(wc -l < err.txt)" -eq 1 ] && grep -Eq "$pat" err.txt; } ||
+      { cat err.txt; fail "merge $*: exit $rc, expected 2 and one line matching '$pat'"; }
+    echo "refused: $(cat err.txt)"
+  }
+  "$py" - <<'PY' || fail "cannot make the bad reports"
+import json, os, shutil
+s0, s1, s2 = (json.load(open(f"s{i}.json")) for i in range(3))
+def bad(name, base, edit):
+    r = json.loads(json.dumps(base)); edit(r); json.dump(r, open(name, "w"))
+bad("seed.json", s1, lambda r: r["context"].update(seed=8))
+bad("cases.json", s1, lambda r: r["context"].update(cases_requested=451))
+bad("flag.json", s1, lambda r: r["context"]["flags"].update(shrink_limit=6))
+bad("commit.json", s1, lambda r: r["context"].update(git_commit="0" * 40))
+bad("version.json", s1, lambda r: r["context"].update(recap_version="0.0.9"))
+bad("sut.json", s1, lambda r: r["context"]["sut"].update(name="recap-worker"))
+bad("count.json", s1, lambda r: r["context"].update(shard="1/4"))
+bad("old.json", s1, lambda r: r["context"].pop("flags"))
+bad("overlap.json", s1, lambda r: r["summary"]["report_chunks"].__setitem__(0, 0))
+bad("gate.json", s1, lambda r: r["context"].update(command="gate"))
+open("truncated.json", "w").write(open("s1.json").read()[:1000])
+# a kept counterexample of shard 1 whose file is gone; shard 0's kept file copied under shard 1's name with other bytes
+m = json.load(open("m.json"))
+mine = lambda k: [f for f in m["summary"]["failures"] if f["corpus_file"] and f["chunk"] % 3 == k]
+k = 1 if mine(1) else 2
+f1 = os.path.basename(mine(k)[0]["corpus_file"])
+shutil.copytree(f"c{k}", "gone"); os.remove(f"gone/{f1}")
+bad("gone.json", [s0, s1, s2][k], lambda r: [f.update(corpus_file="gone/" + os.path.basename(f["corpus_file"])) for f in r["summary"]["failures"] if f["corpus_file"]])
+f0 = os.path.basename(mine(0)[0]["corpus_file"])
+os.makedirs("clash"); open(f"clash/{f0}", "w").write(open(f"c{k}/{f1}").read())
+def clash(r):
+    for f in r["summary"]["failures"]:
+        if os.path.basename(f["corpus_file"]) == f1: f["corpus_file"] = f"clash/{f0}"
+bad("clash.json", [s0, s1, s2][k], clash)
+print(f"shard {k}: its kept file {f1}")
+open("k.txt", "w").write(str(k))
+PY
+  k=$(cat k.txt)
+  others=$(for i in 0 1 2; do [ $i -eq $k ] || printf 's%s.json ' $i; done)
+  refused "^recap: error: cannot open 'nope.json'" s0.json nope.json s2.json
+  refused "^recap: error: truncated.json: malformed JSON" s0.json truncated.json s2.json
+  refused "^recap: error: .*pool-order.json: not a recap.report/1" s0.json "$src/corpus/mutants/pool-order.json"
+  refused "^recap: error: gate.json: a report of recap gate, not of recap fuzz$" s0.json gate.json s2.json
+  refused "^recap: error: old.json: its context names no flags" s0.json old.json s2.json
+  refused "^recap: error: seed.json: not a shard of the campaign of s0.json: its seed is 8, 7 there$" s0.json seed.json s2.json
+  refused "^recap: error: cases.json: .*its cases_requested is 451, 450 there$" s0.json cases.json s2.json
+  refused "^recap: error: flag.json: .*its flags.shrink_limit is 6, 5 there$" s0.json flag.json s2.json
+  refused "^recap: error: commit.json: .*its git_commit is \"0000" s0.json commit.json s2.json
+  refused "^recap: error: version.json: .*its recap_version is \"0.0.9\"" s0.json version.json s2.json
+  refused "^recap: error: sut.json: .*its system under test is .*recap-worker" s0.json sut.json s2.json
+  refused "^recap: error: count.json: shard 1/4, but s0.json is shard 0/3: the shard counts differ$" s0.json count.json s2.json
+  refused "^recap: error: s1.json: shard 1/3 is given twice \\(also s1.json\\)$" s0.json s1.json s1.json s2.json
+  refused "^recap: error: shard 2/3 is missing: .*--allow-partial" s0.json s1.json
+  refused "^recap: error: overlap.json: it holds chunk 0 \\(cases 0-99\\), which shard 1/3 does not run" s0.json overlap.json s2.json
+  refused "^recap: error: gone.json: its corpus file gone/.* is missing" gone.json $others --corpus-dir mg
+  refused "^recap: error: two different corpus files named " clash.json $others --corpus-dir mc
+  refused "^recap: error: ks0.json: bucket capture_clean/failed/.* is known there but has new cases in shard 1/3" ks0.json ks1-new.json ks2.json
+  # A partial shard: shard 0 stopped by SIGTERM in its first chunk (0), its second (3) complete, as
+  # when a worker of --jobs 2 was stopped (one that stopped before a case ended has no case of the chunk).
+  "$py" - <<'PY' || fail "cannot make the partial shard"
+import json
+r = json.load(open("s0.json")); s = r["summary"]
+gone = [c for c in s["chunks"] if c["chunk"] == 0][0]
+s["chunks"] = [c for c in s["chunks"] if c["chunk"] != 0]
+keep = [i for i, c in enumerate(s["report_chunks"]) if c != 0]
+r["cases"] = [r["cases"][i] for i in keep]; s["report_chunks"] = [s["report_chunks"][i] for i in keep]
+s["failures"] = [f for f in s["failures"] if f["chunk"] != 0]
+s["cases"] -= gone["cases"]
+for key in ("by_disposition", "classification", "buckets"):
+    for k, v in gone[key].items():
+        s[key][k] -= v
+        if s[key][k] == 0: del s[key][k]
+s["interrupted"] = "Terminated"; s["exit_code"] = 143
+json.dump(r, open("s0-cut.json", "w"))
+PY
+  refused "^recap: error: shard 0/3 \\(s0-cut.json\\) was interrupted \\(Terminated\\): .*--allow-partial" s0-cut.json s1.json s2.json
+  "$recap" merge s0-cut.json s1.json s2.json --allow-partial --report part.json --corpus-dir fin > part.txt; rc=$?
+  [ "$rc" -eq 1 ] || { cat part.txt; fail "--allow-partial: exit $rc, expected 1"; }
+  grep -q "interrupted (shard 0/3 (s0-cut.json) was interrupted (Terminated))" part.txt || { cat part.txt; fail "--allow-partial: the partial shard is not named"; }
+  validate_report part.json
+  "$py" -c 'import json,sys; s=json.load(open("part.json"))["summary"]; assert s["cases"] == 350 and "shard 0/3" in s["interrupted"], (s["cases"], s.get("interrupted")); print("partial merge:", s["cases"], "cases:", s["interrupted"])' ||
+    fail "--allow-partial: the partial report"
+  # later chunks stood for buckets whose lowest chunk (0) is missing: their files go when it runs
+  "$py" -c 'import os,sys; extra=set(os.listdir("fin")) - set(os.listdir("one")); assert extra, "vacuous"; print("partial corpus:", len(extra), "files of later chunks that chunk 0 replaces")' ||
+    fail "--allow-partial: no counterexample of a later chunk for the resumed run to replace"
+  "$recap" fuzz $args --corpus-dir fin --report fin.json --resume part.json > /dev/null; rc=$?
+  [ "$rc" -eq 1 ] || fail "--resume of the partial merge: exit $rc, expected 1"
+  "$py" "$canon" fin.json > fin.canon
+  cmp -s one.canon fin.canon || { diff one.canon fin.canon | head -20; fail "--resume of the partial merge: not the campaign's report"; }
+  diff -r one fin || fail "--resume of the partial merge: not the campaign's corpus"
+  ;;
 gate_junit_and_report)
   cd "$src" || exit 1
   "$recap" gate --backend sim --corpus-dir "$work/found" --junit "$work/gate.xml" --report "$work/gate.json" > "$work/out.txt"

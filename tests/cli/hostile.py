@@ -114,6 +114,7 @@ for p in paths:
     run(["replay", "--backend", "sim", p], f"replay path {p!r}")
     run(["run", "--backend", "sim", p], f"run path {p!r}")
     run(["compare", p], f"compare path {p!r}")
+    run(["merge", p, "--report", "merged.json"], f"merge path {p!r}")
 run(["gate", "--backend", "sim", "--corpus", "a-directory", "--cases", "1"], "gate on an empty folder")
 run(["fuzz", "--backend", "sim", "--cases", "1", "--known-findings", "/dev/zero"], "known-findings /dev/zero")
 run(["fuzz", "--backend", "sim", "--cases", "1", "--known-findings", fifo], "known-findings fifo")
@@ -188,7 +189,7 @@ flags = [
     ["fuzz", "--cases", "-1"], ["fuzz", "--cases", "0"], ["fuzz", "--cases", "1e400"], ["fuzz", "--jobs", "0"],
     ["fuzz", "--jobs", "100000"], ["fuzz", "--shard", "3/2"], ["fuzz", "--shard", "x"], ["fuzz", "--policy", "\n"],
     ["fuzz", "--fault", "x" * 100000], ["fuzz", "--shrink-limit", "-3"], ["fuzz", "--dims", "huge"],
-    ["mutants", "--cases", "0"], ["mutants", "--seed", "abc"], ["replay"], ["run"], ["compare"], ["frobnicate"],
+    ["mutants", "--cases", "0"], ["mutants", "--seed", "abc"], ["replay"], ["run"], ["compare"], ["merge"], ["frobnicate"],
     ["fuzz", "--bogus"], ["fuzz", "--worker-env", "NOEQUALS"], ["fuzz", "--sut", "jax"], ["fuzz", "--sut", "torch@\n"],
 ]
 for f in flags:
