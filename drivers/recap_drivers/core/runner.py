@@ -176,8 +176,10 @@ class Runner:
         params = [(layout(i, p.detach()) if layout else p.detach()).float().cpu().clone()
                   for i, p in enumerate(self.params)]
         masks = self.obs.collect(graph_keys)
+        # the graph pools after the step: a pool that grows from one replay to the next leaks
+        pools = int(pool_bytes()) if self.cuda else 0
         return StepRecord(step, phase, vals, masks, (time.perf_counter() - t0) * 1e3, grads_mb, grads, params,
-                          self.graphs.take_replays())
+                          self.graphs.take_replays(), pools)
 
     def eager_step(self, step: int, phase: str, on_side: bool = False) -> StepRecord:
         t0 = time.perf_counter()
