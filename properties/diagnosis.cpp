@@ -72,8 +72,9 @@ const std::vector<Rule>& rules() {
       {"27", "a graph pool grows from one replay of the same graphs to the next: memory taken from it is never given back",
        [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "graph pools grew across replays"); }},
       {"2",
-       "a captured forward keeps other activation bytes for its backward than the memory model predicts (more: the "
-       "recompute saves nothing inside graphs)",
+       "a captured forward keeps other activation bytes for its backward than the memory model predicts: a "
+       "checkpointed region run as a plain forward inside the graph keeps its inner activations, not its input and RNG "
+       "pair (recompute saving nothing)",
        [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "differ from the memory model"); }},
       {"6", "graph phase flags left set after a failed capture",
        [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect) && has(s.check.reason, "phase flags"); }},
