@@ -89,6 +89,7 @@ Message observation_of(const training::RunResult& r, const Json& id) {
     steps.push_back({{"step", s.step}, {"phase", s.phase}, {"losses", losses}, {"masks", Json::array()},
                      {"draws", draws}, {"replays", Json(s.replays)}, {"ms", json_number(s.ms)}});
     if (s.graph_pool_bytes) steps.back()["graph_pool_bytes"] = *s.graph_pool_bytes;
+    if (s.graph_pool_used_bytes) steps.back()["graph_pool_used_bytes"] = *s.graph_pool_used_bytes;
     const std::string st = std::to_string(s.step);
     for (size_t mb = 0; mb < s.microbatches.size(); ++mb)
       for (size_t i = 0; i < s.microbatches[mb].grads.size(); ++i)
@@ -263,6 +264,7 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
         s.memory.allocator.tensors[act].peak_bytes = step_memory[k].at(1).get<int64_t>();
       }
       if (sj.contains("graph_pool_bytes")) s.graph_pool_bytes = sj["graph_pool_bytes"].get<int64_t>();
+      if (sj.contains("graph_pool_used_bytes")) s.graph_pool_used_bytes = sj["graph_pool_used_bytes"].get<int64_t>();
       if (k < step_rebindings.size())
         for (const Json& b : step_rebindings[k])
           s.rebindings.push_back(training::Rebinding{b.at("layer").get<std::string>(), b.at("microbatch").get<int>(),

@@ -199,6 +199,7 @@ StepRecord Trainer::finish_step(int step, const std::string& phase, const std::v
   r.memory.device = dev.memory_stats();
   r.memory.allocator = alloc.stats();
   r.graph_pool_bytes = r.memory.allocator.pool_reserved_bytes;
+  r.graph_pool_used_bytes = r.memory.allocator.pool_used_bytes;
   r.rebindings = take_rebindings();
   size_t before = ledger.entries().size();
   check(ledger.collect(step), "cudaMemcpy", "RNG ledger collect");

@@ -62,9 +62,10 @@ struct StepRecord {
   // a whole-step graph): what the executor launched, or what another system reported.
   std::map<std::string, int> replays;
   MemorySnapshot memory;
-  // Bytes held by graph pools when the step ended (a pool that grows from one replay to the next
-  // leaks); nullopt when the system under test does not report it.
-  std::optional<int64_t> graph_pool_bytes;
+  // Bytes held by graph pools when the step ended, and of those the bytes live tensors hold (a pool
+  // whose figures grow from one replay to the next leaks; a leak fills the free blocks before the
+  // pool grows); nullopt when the system under test does not report them.
+  std::optional<int64_t> graph_pool_bytes, graph_pool_used_bytes;
   // The without-output rebindings of the step (checkpoint.h), as observed: in a replay of a graph
   // that holds them, the ones its capture observed (the replay reads what the capture baked).
   std::vector<Rebinding> rebindings;

@@ -91,29 +91,35 @@ std::string held_problem(const std::map<std::string, int64_t>& seen, const CaseS
          std::to_string(total(want)) + " B)";
 }
 
-// The graph-pool bytes after each replay step (StepRecord::graph_pool_bytes): "" when they never
-// grow after the first replay (evidence filled when two or more replays were observed), else the
-// first growth, one line. The first replay is the baseline, not the capture: a framework may
-// capture lazily, inside the first step it labels a replay.
+// The graph-pool figures after each replay step (StepRecord::graph_pool_bytes, what the pools hold,
+// and ::graph_pool_used_bytes, what tensors hold in them): "" when neither grows after the first
+// replay (evidence filled when two or more replays were observed), else the first growth, one line.
+// A leak fills a pool's free blocks before the pool grows, hence both. The first replay is the
+// baseline, not the capture: a framework may capture lazily, inside the first step it labels a replay.
 std::string pool_growth(const RunResult& r, std::string* evidence) {
-  const training::StepRecord* first = nullptr;
-  int replays = 0;
-  for (const auto& s : r.steps) {
-    if (s.phase != "replay" || !s.graph_pool_bytes) continue;
-    ++replays;
-    if (first == nullptr) {
-      first = &s;
-      continue;
+  using Figure = std::optional<int64_t> training::StepRecord::*;
+  const std::pair<Figure, const char*> figures[] = {{&training::StepRecord::graph_pool_bytes, "graph pools"},
+                                                    {&training::StepRecord::graph_pool_used_bytes, "tensors in graph pools"}};
+  for (const auto& [figure, what] : figures) {
+    const training::StepRecord* first = nullptr;
+    int replays = 0;
+    for (const auto& s : r.steps) {
+      if (s.phase != "replay" || !(s.*figure)) continue;
+      ++replays;
+      if (first == nullptr) {
+        first = &s;
+        continue;
+      }
+      const int64_t a = *(first->*figure), b = *(s.*figure);
+      if (b > a)
+        return std::string(what) + " grew across replays of the same graphs (a leak): " + std::to_string(a) + " B after step " +
+               std::to_string(first->step) + " (the first replay), " + std::to_string(b) + " B after step " +
+               std::to_string(s.step) + " (+" + std::to_string(b - a) + " B)";
     }
-    if (*s.graph_pool_bytes > *first->graph_pool_bytes)
-      return "graph pools grew across replays of the same graphs (a leak): " + std::to_string(*first->graph_pool_bytes) +
-             " B after step " + std::to_string(first->step) + " (the first replay), " + std::to_string(*s.graph_pool_bytes) +
-             " B after step " + std::to_string(s.step) + " (+" + std::to_string(*s.graph_pool_bytes - *first->graph_pool_bytes) +
-             " B)";
+    if (replays >= 2)
+      *evidence += (evidence->empty() ? "" : ", ") + std::string(what) + " " + std::to_string(*(first->*figure)) +
+                   " B after each of " + std::to_string(replays) + " replays";
   }
-  if (replays >= 2)
-    *evidence = "graph pools " + std::to_string(*first->graph_pool_bytes) + " B after each of " + std::to_string(replays) +
-                " replays";
   return "";
 }
 
