@@ -154,14 +154,15 @@ CheckResult judge(Runs& runs) {
     } else if (!plain.result->captured) {
       not_judged = "the no-checkpoint twin captured no graph";
     } else {
+      // The saving the model states for the case's policy (on every system: what recap's design
+      // saves): what the twin holds less what the case holds. recap's runtime is held to it.
+      const CaseSpec bare = without_checkpoints(spec);
+      runs.report().memory["predicted_saving_in_graphs"] =
+          total(predicted_held_in_graphs(bare)) - total(predicted_held_in_graphs(spec));
       if (plain.result->held_in_graphs && r.held_in_graphs) {
-        // The saving the model states for the policy: what the twin holds less what the case holds.
-        const CaseSpec bare = without_checkpoints(spec);
         if (std::string why = held_problem(*plain.result->held_in_graphs, bare, "the no-checkpoint twin: "); !why.empty())
           problems.push_back(why);
         runs.report().memory["no_checkpoint_held_in_graphs"] = total(*plain.result->held_in_graphs);
-        runs.report().memory["predicted_saving_in_graphs"] =
-            total(predicted_held_in_graphs(bare)) - total(predicted_held_in_graphs(spec));
       }
       int64_t base = activations_peak_in_graphs(*plain.result);
       int64_t mine = activations_peak_in_graphs(r);
