@@ -8,9 +8,9 @@
 //   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
 //   and naive   is reported.
 // Two more demands, on what a run observed rather than on a twin:
-//   graph pools   the bytes graph pools hold after each replay step never grow from one replay of
-//                 the same graphs to the next (every system under test that reports them): a pool
-//                 that grows leaks (bug class 27).
+//   graph pools   the bytes graph pools hold after each replay step, and the bytes tensors hold
+//                 in them, never grow after the first replay of the same graphs (every system under
+//                 test that reports them): a pool that grows leaks (bug class 27).
 //   held bytes    on recap's runtime, the activation bytes each forward captured into a graph leaves
 //                 for its backward equal the memory model's prediction from the case
 //                 (properties/memory_model.h), byte for byte, for the case and for its no-checkpoint
@@ -270,7 +270,10 @@ Json case_memory_json(const RunResult& r) {
 }
 
 Oracle memory_oracle() {
-  return {"memory", "recompute saves activation memory inside graphs; nothing live after teardown", judge};
+  return {"memory",
+          "recompute saves activation memory inside graphs, as the memory model predicts; graph pools do not grow across "
+          "replays; nothing live after teardown",
+          judge};
 }
 
 }  // namespace recap::properties
