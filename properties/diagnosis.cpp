@@ -65,6 +65,17 @@ const std::vector<Rule>& rules() {
        }},
       {"2", "recompute switched off during graph warmup and capture: the graphs keep every activation",
        [](const Symptom& s) { return s.check.property == "memory" && has(s.check.reason, "recompute lost inside graphs"); }},
+      {"19",
+       "a without-output checkpoint's consumer reads storage other than the recomputed output: the rebinding did not "
+       "reach it (a graph, or a reference, left on the storage discarded at the forward)",
+       [](const Symptom& s) { return s.is("recompute_on_off", Disposition::Incorrect) && has(s.check.reason, "without-output rebinding"); }},
+      {"27", "a graph pool grows from one replay of the same graphs to the next: memory taken from it is never given back",
+       [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "graph pools grew across replays"); }},
+      {"2",
+       "a captured forward keeps other activation bytes for its backward than the memory model predicts: a "
+       "checkpointed region run as a plain forward inside the graph keeps its inner activations, not its input and RNG "
+       "pair (recompute saving nothing)",
+       [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "differ from the memory model"); }},
       {"6", "graph phase flags left set after a failed capture",
        [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect) && has(s.check.reason, "phase flags"); }},
       {"-", "a failed capture left state behind (a stream still capturing, checkpoint records pending, or a next step "

@@ -80,6 +80,20 @@ std::vector<std::string> classify(const CaseSpec& s) {
   for (const auto& f : s.layers) selective = selective || f.checkpoint == training::CheckpointGranularity::Selective;
   if (selective) out.push_back("selective");
   if (!s.shared_pool) out.push_back("separate pools");
+  // Where issue 23's fault points live: a graph pool replayed more than once (a leak shows as
+  // growth between replays), and a without-output checkpoint whose output the consumer saves, so
+  // it is discarded and rebound (in one unit: eagerly, or both inside one full-iteration graph).
+  if (capture && s.replays >= 2) out.push_back("graphs replayed twice or more");
+  for (size_t i = 0; i + 1 < s.layers.size(); ++i) {
+    const bool same_unit = s.executor != training::ExecutorKind::PerLayer || (!s.layers[i].graphed && !s.layers[i + 1].graphed);
+    const bool identity = s.model.layers[i].kind == "dropout" && s.model.layers[i].dropout == 0.0f;
+    if (s.style == training::CheckpointStyle::WithoutOutput && same_unit && !identity &&
+        s.layers[i].checkpoint == training::CheckpointGranularity::Full &&
+        s.layers[i + 1].checkpoint != training::CheckpointGranularity::Full && s.model.layers[i + 1].kind != "dropout") {
+      out.push_back("without-output rebinding");
+      break;
+    }
+  }
   // kinds may repeat: dedupe, keeping order
   std::vector<std::string> uniq;
   for (auto& l : out)

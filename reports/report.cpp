@@ -199,6 +199,10 @@ const std::vector<CoverageRequirement>& default_coverage(bool policy_fixed) {
       {"executor=per-layer", 0.15, "per-layer graphs (TransformerEngine/Megatron make_graphed_callables)"},
       {"executor=full-iteration", 0.15, "one graph of a whole step"},
       {"executor=eager", 0.05, "the eager reference path itself"},
+      // issue 23: where graph-pool-leak, recompute-saves-nothing and without-output-not-rebound live
+      {"graphs replayed twice or more", 0.25, "a graph pool judged from one replay of the same graphs to the next (leaks)"},
+      {"checkpoint inside graphs", 0.30, "a checkpoint captured into a graph: what it keeps is held to the memory model"},
+      {"without-output rebinding", 0.02, "a without-output checkpoint's discarded output rebound for its consumer"},
   };
   static std::vector<CoverageRequirement> with_policies = [] {
     std::vector<CoverageRequirement> v = common;

@@ -296,6 +296,11 @@ class TorchDriverTest(unittest.TestCase):
                                             "activations_in_graphs_bytes", "activations_eager_bytes"})
         self.assertGreater(h["timings"]["run_ms"], 0)
         self.assertTrue(all(s["ms"] > 0 for s in h["steps"]))
+        # the graph pools per step (a pool growing across replays leaks): none on the CPU
+        pools = [s["graph_pool_bytes"] for s in h["steps"]] + [s["graph_pool_used_bytes"] for s in h["steps"]]
+        self.assertTrue(all(isinstance(b, int) and b >= 0 for b in pools), pools)
+        if DEVICE == "cpu":
+            self.assertEqual(pools, [0] * len(pools))
 
 
 class DigestTest(unittest.TestCase):

@@ -33,9 +33,12 @@ enum class Fault : uint8_t {
   HiddenParamGrad,         // class 11: a without-output checkpoint's inner parameters lose their gradients
   GradAliasesStatic,       // class 24: a microbatch's gradients kept as views of the static grad buffers
   PoolOrder,               // class 13: graphs sharing a pool captured in one order, replayed in another
-  OutputAliasesInputFreed, // class 25: a without-output checkpoint frees an output that is its input
-  WarmupMutatesBuffers,    // class 26: a weight cache filled in warmup is baked into the graph
+  OutputAliasesInputFreed, // class 19: a without-output checkpoint frees an output that is its input
+  WarmupMutatesBuffers,    // class 21: a weight cache filled in warmup is baked into the graph
   PhiloxIncrementShort,    // class 26: the offset advances by counter blocks (n/4), not the n values a draw uses
+  GraphPoolLeak,           // class 27: every replay takes a buffer from the graph pool and never gives it back
+  WithoutOutputNotRebound, // class 19: the consumer of a discarded output keeps reading its old storage
+  RecomputeSavesNothing,   // class 2: graph-safe checkpoints keep every activation while a stream captures
   LayerSegfault,           // a layer's recompute kills the process (SIGSEGV): the crash path
 };
 
@@ -59,6 +62,9 @@ inline constexpr EnumName<Fault> kFaultNames[] = {
     {Fault::OutputAliasesInputFreed, "output-aliases-input-freed"},
     {Fault::WarmupMutatesBuffers, "warmup-mutates-buffers"},
     {Fault::PhiloxIncrementShort, "philox-increment-short"},
+    {Fault::GraphPoolLeak, "graph-pool-leak"},
+    {Fault::WithoutOutputNotRebound, "without-output-not-rebound"},
+    {Fault::RecomputeSavesNothing, "recompute-saves-nothing"},
     {Fault::LayerSegfault, "layer-segfault"},
 };
 // A fault that kills the process running the case: only a worker process (`recap worker`, which

@@ -157,6 +157,7 @@ Tensor Allocator::alloc(const Shape& shape, DType dtype, device::MemCategory cat
           if (std::less<void*>()(j->second, best->second)) best = j;
         ptr = best->second;
         pool.free_blocks.erase(best);
+        impl_->stats.pool_used_bytes += static_cast<int64_t>(best_size);
       } else {
         device::Status s;
         {
@@ -170,6 +171,7 @@ Tensor Allocator::alloc(const Shape& shape, DType dtype, device::MemCategory cat
         pool.blocks[ptr] = need;
         pool.reserved += static_cast<int64_t>(need);
         impl_->on_reserve(static_cast<int64_t>(need));
+        impl_->stats.pool_used_bytes += static_cast<int64_t>(need);
       }
     } else {
       device::Status s = dev_.malloc(&ptr, bytes, cat);
@@ -215,6 +217,7 @@ void Allocator::release(Storage& s) {
       pool.live_tensors -= 1;
       auto bit = pool.blocks.find(s.ptr);
       if (bit == pool.blocks.end()) return;
+      impl_->stats.pool_used_bytes -= static_cast<int64_t>(bit->second);
       if (!pool.destroyed) {
         pool.free_blocks.emplace(bit->second, s.ptr);
         return;

@@ -100,6 +100,7 @@ class Allocator {
     int64_t tensor_peak_bytes = 0;
     int64_t pool_reserved_bytes = 0;  // bytes held by all pools' blocks
     int64_t pool_peak_reserved_bytes = 0;
+    int64_t pool_used_bytes = 0;      // bytes of pool blocks a live tensor holds (the rest are free for reuse)
     int64_t free_failures = 0;  // cudaFree calls the device refused (cannot throw from ~Storage)
   };
   Stats stats() const;

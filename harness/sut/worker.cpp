@@ -88,6 +88,8 @@ Message observation_of(const training::RunResult& r, const Json& id) {
                        {"count", e.count}, {"generator", e.generator}});
     steps.push_back({{"step", s.step}, {"phase", s.phase}, {"losses", losses}, {"masks", Json::array()},
                      {"draws", draws}, {"replays", Json(s.replays)}, {"ms", json_number(s.ms)}});
+    if (s.graph_pool_bytes) steps.back()["graph_pool_bytes"] = *s.graph_pool_bytes;
+    if (s.graph_pool_used_bytes) steps.back()["graph_pool_used_bytes"] = *s.graph_pool_used_bytes;
     const std::string st = std::to_string(s.step);
     for (size_t mb = 0; mb < s.microbatches.size(); ++mb)
       for (size_t i = 0; i < s.microbatches[mb].grads.size(); ++i)
@@ -103,8 +105,15 @@ Message observation_of(const training::RunResult& r, const Json& id) {
   // What recap's own oracles read beyond the common fields (run_result_of reads them back).
   Json cap = Json::array();
   for (const auto& c : r.capture_memory.allocator.tensors) cap.push_back({c.live_bytes, c.peak_bytes});
-  Json step_memory = Json::array();
-  for (const auto& s : r.steps) step_memory.push_back({s.memory.device.peak_bytes, s.memory.activations_peak()});
+  Json step_memory = Json::array(), step_rebindings = Json::array();
+  for (const auto& s : r.steps) {
+    step_memory.push_back({s.memory.device.peak_bytes, s.memory.activations_peak()});
+    Json rb = Json::array();
+    for (const auto& b : s.rebindings)
+      rb.push_back({{"layer", b.layer}, {"microbatch", b.microbatch}, {"holes", b.holes}, {"rebound", b.rebound},
+                    {"recomputed", b.recomputed}, {"read", b.read}, {"misplaced", b.misplaced}});
+    step_rebindings.push_back(rb);
+  }
   h["recap"] = {{"layer_names", r.layer_names},
                 {"param_layer", r.param_layer},
                 {"captured", r.captured},
@@ -114,6 +123,8 @@ Message observation_of(const training::RunResult& r, const Json& id) {
                 {"capture_device_peak", r.capture_memory.device.peak_bytes},
                 {"capture_pool_peak_reserved", r.capture_memory.allocator.pool_peak_reserved_bytes},
                 {"step_memory", step_memory},
+                {"step_rebindings", step_rebindings},
+                {"held_in_graphs", r.held_in_graphs ? Json(*r.held_in_graphs) : Json(nullptr)},
                 {"ledger_summary", r.ledger_summary},
                 {"recompute_mismatches", r.recompute_mismatches},
                 {"reused_masks", r.reused_masks},
@@ -187,6 +198,9 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     if (h.contains("graphs")) r.captures = need(h["graphs"], "captures", "observation.graphs").get<std::map<std::string, int>>();
     else r.captures = std::nullopt;  // the system does not observe graphs
     const Json& step_memory = own ? need(x, "step_memory", "observation.recap") : Json::array();
+    const Json& step_rebindings = x.value("step_rebindings", Json::array());
+    if (!own || x.value("held_in_graphs", Json(nullptr)).is_null()) r.held_in_graphs = std::nullopt;
+    else r.held_in_graphs = x["held_in_graphs"].get<std::map<std::string, int64_t>>();
     std::vector<std::vector<MaskDraw>> mask_draws;  // per step: another system's draws as it reported them
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
@@ -249,6 +263,14 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
         s.memory.device.peak_bytes = step_memory[k].at(0).get<int64_t>();
         s.memory.allocator.tensors[act].peak_bytes = step_memory[k].at(1).get<int64_t>();
       }
+      if (sj.contains("graph_pool_bytes")) s.graph_pool_bytes = sj["graph_pool_bytes"].get<int64_t>();
+      if (sj.contains("graph_pool_used_bytes")) s.graph_pool_used_bytes = sj["graph_pool_used_bytes"].get<int64_t>();
+      if (k < step_rebindings.size())
+        for (const Json& b : step_rebindings[k])
+          s.rebindings.push_back(training::Rebinding{b.at("layer").get<std::string>(), b.at("microbatch").get<int>(),
+                                                     b.at("holes").get<int>(), b.at("rebound").get<bool>(),
+                                                     b.at("recomputed").get<uint64_t>(),
+                                                     b.at("read").get<std::vector<uint64_t>>(), b.at("misplaced").get<int>()});
       r.steps.push_back(std::move(s));
     }
     if (!own) {

@@ -43,7 +43,14 @@ Checkpoint::~Checkpoint() = default;
 
 bool Checkpoint::bypassed(const Saved& saved) { return saved.tensors.empty() && saved.children.size() == 1; }
 
-bool Checkpoint::bypass_now() const {
+bool Checkpoint::bypass_now(Ctx& ctx) const {
+  if (config_.policy == CheckpointPolicy::GraphSafe && fault_on(Fault::RecomputeSavesNothing)) {
+    // recompute-saves-nothing (bug class 2): while the stream captures, a plain forward that saves
+    // everything, whatever the phase flags say (full-iteration graphs set none)
+    device::CaptureStatus st = device::CaptureStatus::None;
+    ctx.dev.stream_is_capturing(ctx.stream, &st);
+    return st != device::CaptureStatus::None;
+  }
   if (config_.policy != CheckpointPolicy::Skip) return false;
   if (is_graph_warmup()) return true;
   // PR #3919 bypasses CheckpointFunction while warming up or capturing; CheckpointWithoutOutput
@@ -51,7 +58,17 @@ bool Checkpoint::bypass_now() const {
   return config_.style == CheckpointStyle::Reentrant && is_graph_capturing();
 }
 
-void Checkpoint::reset() { records_.clear(); }
+void Checkpoint::reset() {
+  records_.clear();
+  observed_.clear();
+}
+
+std::vector<Rebinding> Checkpoint::take_rebindings() {
+  std::vector<Rebinding> out;
+  out.swap(observed_);
+  for (auto& [id, rec] : records_) rec.observed = 0;  // their observations are gone with them
+  return out;
+}
 
 Checkpoint::Record& Checkpoint::record_of(const Saved& saved, const char* what) {
   if (saved.tensors.size() != 2)
@@ -91,7 +108,7 @@ models::Tensor Checkpoint::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
     Saved scratch;
     return inner_->forward(ctx, x, scratch);
   }
-  if (bypass_now()) {
+  if (bypass_now(ctx)) {
     saved.children.resize(1);
     return inner_->forward(ctx, x, saved.children[0]);
   }
@@ -197,9 +214,21 @@ int Checkpoint::discard_output(Ctx& ctx, Saved& own, Saved& consumer) {
   std::vector<std::pair<Tensor*, ptrdiff_t>> found;
   collect_holes(consumer, rec.output.storage.get(), found);
   for (auto& [t, off] : found) {
+    // without-output-not-rebound: the consumer's reference is left on the old storage, as a graph
+    // that baked its address keeps it (the block stays reserved, so it still holds the forward's
+    // values: no comparison of results sees the bug, only what was read)
+    std::shared_ptr<Storage> stale = fault_on(Fault::WithoutOutputNotRebound) ? t->storage : nullptr;
     t->storage.reset();
     t->data = nullptr;  // shape and dtype stay: the hole knows what it was
-    rec.holes.push_back(Hole{t, off});
+    rec.holes.push_back(Hole{t, off, std::move(stale)});
+  }
+  if (!found.empty()) {
+    Rebinding o;
+    o.layer = name();
+    o.microbatch = ctx.microbatch;
+    o.holes = static_cast<int>(found.size());
+    observed_.push_back(std::move(o));
+    rec.observed = observed_.size();
   }
   rec.output = Tensor{};  // the last reference: the output's memory goes back to the allocator
   rec.discarded = true;
@@ -213,8 +242,19 @@ void Checkpoint::recompute_output(Ctx& ctx, Saved& own, Saved& consumer) {
   if (!rec.discarded || rec.recomputed) return;
   Tensor y = recompute(ctx, own.tensors[0], own.tensors[1], rec);
   for (const Hole& h : rec.holes) {
-    h.where->storage = y.storage;
-    h.where->data = static_cast<char*>(y.data) + h.byte_offset;
+    const std::shared_ptr<Storage>& to = h.stale ? h.stale : y.storage;
+    h.where->storage = to;
+    h.where->data = static_cast<char*>(to->ptr) + h.byte_offset;
+  }
+  if (rec.observed > 0) {
+    // What the consumer's backward will read, as it now stands in its saved record.
+    Rebinding& o = observed_[rec.observed - 1];
+    o.rebound = true;
+    o.recomputed = y.id();
+    for (const Hole& h : rec.holes) {
+      o.read.push_back(h.where->id());
+      o.misplaced += h.where->data != static_cast<char*>(y.data) + h.byte_offset;
+    }
   }
   rec.holes.clear();
   rec.recomputed = true;

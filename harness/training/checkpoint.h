@@ -73,6 +73,21 @@ struct CheckpointError : std::runtime_error {
 constexpr const char* kCheckpointGradRefusal =
     "Checkpointing is not compatible with .grad(), please use .backward() if possible";
 
+// What the runtime saw of one without-output rebinding (recompute_on_off's rebinding check): the
+// references a consumer's saved record held to a discarded output, as they stand when
+// recompute_output has rebound them, which is right before the consumer's backward reads them.
+// The check compares what was read with what the recompute wrote, never with what the protocol
+// says it should be.
+struct Rebinding {
+  std::string layer;        // the checkpointed top-level layer
+  int microbatch = 0;
+  int holes = 0;            // references the discard replaced
+  bool rebound = false;     // recompute_output ran before the consumer's backward
+  uint64_t recomputed = 0;  // storage id of the recomputed output
+  std::vector<uint64_t> read;  // per hole: the storage id the consumer reads
+  int misplaced = 0;        // holes whose address is not the recomputed output's at their offset
+};
+
 struct CheckpointConfig {
   CheckpointStyle style = CheckpointStyle::Reentrant;
   CheckpointPolicy policy = CheckpointPolicy::GraphSafe;
@@ -105,13 +120,17 @@ class Checkpoint : public models::Layer {
 
   // Forward calls whose backward has not run yet (records of saved RNG states).
   size_t pending() const { return records_.size(); }
-  // Forgets every pending record (after a failed capture, whose Saved objects are dropped).
+  // Forgets every pending record (after a failed capture, whose Saved objects are dropped) and
+  // every rebinding observed since the last take_rebindings().
   void reset();
+  // The rebindings observed since the last call (in the order their outputs were discarded).
+  std::vector<Rebinding> take_rebindings();
 
  private:
   struct Hole {
     models::Tensor* where = nullptr;
     ptrdiff_t byte_offset = 0;  // its data pointer's offset within the output's storage
+    std::shared_ptr<runtime::Storage> stale;  // without-output-not-rebound: the storage left behind
   };
   struct Record {
     bool graph_safe = false;                  // RNG replay from the device pair (saved.tensors[1])
@@ -121,6 +140,7 @@ class Checkpoint : public models::Layer {
     bool discarded = false;
     bool recomputed = false;                  // WithoutOutput: inner Saved already rebuilt
     models::Saved inner;                      // the recompute's Saved
+    size_t observed = 0;                      // WithoutOutput: 1 + its index in observed_, 0 none
   };
 
   Record& record_of(const models::Saved& saved, const char* what);
@@ -129,11 +149,12 @@ class Checkpoint : public models::Layer {
   std::map<std::string, RngState> save_rng_states(models::Ctx& ctx, const char* when);
   // Re-runs the inner forward into rec.inner with the forward's RNG; returns its output.
   models::Tensor recompute(models::Ctx& ctx, const models::Tensor& x, const models::Tensor& token, Record& rec);
-  bool bypass_now() const;
+  bool bypass_now(models::Ctx& ctx) const;
 
   std::unique_ptr<models::Layer> inner_;
   CheckpointConfig config_;
   std::map<uint64_t, Record> records_;  // by the id of the token tensor in saved.tensors[1]
+  std::vector<Rebinding> observed_;     // rebindings since the last take_rebindings()
   uint64_t host_state_[2] = {0, 0};     // get_rng_state's host copy (a stable address)
 };
 

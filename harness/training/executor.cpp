@@ -30,6 +30,19 @@ void fill_capture_memory(Trainer& t, RunResult& out) {
   out.capture_memory.allocator = t.alloc.stats();
 }
 
+int64_t live_activations(Trainer& t) {
+  return t.alloc.stats().tensors[static_cast<int>(device::MemCategory::Activations)].live_bytes;
+}
+
+// graph-pool-leak (bug class 27): every replay takes a buffer from the graphs' pool and keeps it,
+// as Megatron's alloc_tensor_from_graph_mempool takes a use of the pool per static buffer and
+// never releases it (results/FINDINGS.md M6), here once per replay: the pool grows with every one.
+void take_from_pool(Trainer& t, PoolId pool, std::vector<Tensor>& kept) {
+  if (pool == 0) return;
+  PoolScope in_pool(t.alloc, pool);
+  kept.push_back(t.alloc.alloc({t.spec.model.tokens, t.spec.model.hidden}, t.spec.model.dtype, device::MemCategory::Other));
+}
+
 // ---- eager ----------------------------------------------------------------------------------
 
 class EagerExecutor : public Executor {
@@ -201,6 +214,7 @@ class PerLayerGraphs : public Executor {
     if (fault_on(Fault::FreeUnderGraph)) rebind_static_inputs();
     out.captured = true;
     out.graphs = static_cast<int>(units_.size());
+    out.held_in_graphs = held_;
     for (const Unit& u : units_) ++(*out.captures)[t_.layers[u.layer]->name()];
     out.capture_ms = t_.now_ms() - t0;
     fill_capture_memory(t_, out);
@@ -225,8 +239,12 @@ class PerLayerGraphs : public Executor {
     runtime::CapturedGraph g = runtime::capture_graph(t_.dev, t_.alloc, t_.rng, t_.capture, pool, what, [&] {
       if (fault_on(Fault::RestoreAcrossCapture)) t_.rng.restore(pre_capture_rng_);  // bug class 16
       if (forward) {
-        runtime::LayerScope scope(c, layer.name());
-        s_out_[l][m] = layer.forward(c, s_in_[l][m], cap_saved_[l][m]);
+        const int64_t before = live_activations(t_);
+        {
+          runtime::LayerScope scope(c, layer.name());
+          s_out_[l][m] = layer.forward(c, s_in_[l][m], cap_saved_[l][m]);
+        }
+        held_[layer.name() + " mb" + std::to_string(m)] = live_activations(t_) - before;
       } else {
         BackwardStyleScope style(grad_of_inputs());
         runtime::LayerScope scope(c, layer.name());
@@ -260,6 +278,7 @@ class PerLayerGraphs : public Executor {
     double t0 = t_.now_ms();
     t_.load_step_data(step);
     t_.begin_step(step, t_.main);
+    if (fault_on(Fault::GraphPoolLeak) && !pools_.empty()) take_from_pool(t_, pools_.front(), leaked_);
     Ctx c = t_.ctx(t_.main);
     c.step = step;
     const int M = t_.spec.microbatches;
@@ -405,6 +424,7 @@ class PerLayerGraphs : public Executor {
       for (Saved& s : row) s.clear();
     for (Checkpoint* c : t_.checkpoints) c->reset();
     weight_cache_.clear();
+    leaked_.clear();
     for (PoolId p : pools_) {
       try {
         t_.alloc.destroy_pool(p);
@@ -426,6 +446,8 @@ class PerLayerGraphs : public Executor {
   std::map<std::string, RngState> pre_capture_rng_;  // restore-across-capture restores it inside
   std::map<models::Param*, Tensor> weight_cache_;     // warmup-mutates-buffers only
   bool weights_swapped_ = false;
+  std::map<std::string, int64_t> held_;               // RunResult::held_in_graphs
+  std::vector<Tensor> leaked_;                        // graph-pool-leak only
   Position pos_;
 };
 
@@ -489,7 +511,9 @@ class FullIterationGraph : public Executor {
         int f = 0, b = 0;
         for (int e : t_.order) {
           if (e > 0) {
+            const int64_t before = live_activations(t_);
             t_.forward_microbatch(c, f, saved[f], &loss_[f], &dy[f], track("capture", W));
+            held_["mb" + std::to_string(f)] = live_activations(t_) - before;
             ++f;
           } else {
             t_.backward_microbatch(c, b, dy[b], saved[b], track("capture", W));
@@ -513,8 +537,10 @@ class FullIterationGraph : public Executor {
     }
     t_.rng.restore(saved_rng);
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "after capture");
+    rebindings_ = t_.take_rebindings();  // what every replay reads: the addresses the capture baked
     out.captured = true;
     out.graphs = 1;
+    out.held_in_graphs = held_;
     out.captures = std::map<std::string, int>{{"iteration", 1}};
     out.capture_ms = t_.now_ms() - t0;
     fill_capture_memory(t_, out);
@@ -525,6 +551,7 @@ class FullIterationGraph : public Executor {
     double t0 = t_.now_ms();
     t_.load_step_data(step);
     t_.begin_step(step, t_.main);
+    if (fault_on(Fault::GraphPoolLeak)) take_from_pool(t_, pool_, leaked_);
     check(t_.rng.replay_prologue(rng_, t_.main), "replay prologue", "full-iteration graph");
     check(t_.dev.graph_launch(exec_, t_.main), "cudaGraphLaunch", "full-iteration graph");
     Ctx c = t_.ctx(t_.main);
@@ -532,6 +559,7 @@ class FullIterationGraph : public Executor {
     models::sgd_update(c, t_.params, t_.spec.lr);
     StepRecord rec = t_.finish_step(step, "replay", loss_, last_, t0);
     rec.replays["iteration"] = 1;
+    rec.rebindings = rebindings_;
     return rec;
   }
 
@@ -542,6 +570,7 @@ class FullIterationGraph : public Executor {
     exec_ = {};
     graph_ = {};
     loss_.clear();
+    leaked_.clear();
     for (Checkpoint* c : t_.checkpoints) c->reset();
     if (pool_ != 0) {
       try {
@@ -558,6 +587,9 @@ class FullIterationGraph : public Executor {
   std::map<std::string, GraphRngState> rng_;
   std::vector<Tensor> loss_;  // static: written by each replay
   int last_ = -1;
+  std::map<std::string, int64_t> held_;   // RunResult::held_in_graphs
+  std::vector<Rebinding> rebindings_;    // observed at capture
+  std::vector<Tensor> leaked_;           // graph-pool-leak only
   Position pos_;
 };
 

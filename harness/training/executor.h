@@ -71,6 +71,11 @@ struct RunResult {
   std::string ledger_problem, ledger_evidence;
   double capture_ms = 0.0;
   MemorySnapshot capture_memory;   // peaks over the capture (what the graphs hold at replay)
+  // Activation bytes each forward captured into a graph left allocated for its backward (live
+  // Activations bytes after the forward less before it), by unit: "<layer> mb<m>" for per-layer
+  // graphs, "mb<m>" for a full-iteration graph. The memory oracle compares it with its model.
+  // nullopt: not observed (no graph captured, or another system than recap's runtime).
+  std::optional<std::map<std::string, int64_t>> held_in_graphs;
   std::string ledger_summary;
   size_t recompute_mismatches = 0;  // RNG ledger: recomputed draws that differ from their forward
   size_t reused_masks = 0;          // RNG ledger: forward draws repeated across steps

@@ -198,6 +198,9 @@ StepRecord Trainer::finish_step(int step, const std::string& phase, const std::v
   r.phase = phase;
   r.memory.device = dev.memory_stats();
   r.memory.allocator = alloc.stats();
+  r.graph_pool_bytes = r.memory.allocator.pool_reserved_bytes;
+  r.graph_pool_used_bytes = r.memory.allocator.pool_used_bytes;
+  r.rebindings = take_rebindings();
   size_t before = ledger.entries().size();
   check(ledger.collect(step), "cudaMemcpy", "RNG ledger collect");
   r.ledger.assign(ledger.entries().begin() + static_cast<ptrdiff_t>(before), ledger.entries().end());
@@ -212,6 +215,14 @@ StepRecord Trainer::finish_step(int step, const std::string& phase, const std::v
   for (models::Param* p : params) r.params.push_back(to_floats(dev, p->value));
   r.ms = now_ms() - start_ms;
   return r;
+}
+
+std::vector<Rebinding> Trainer::take_rebindings() {
+  std::vector<Rebinding> out;
+  for (Checkpoint* c : top_checkpoints)
+    if (c != nullptr)
+      for (Rebinding& r : c->take_rebindings()) out.push_back(std::move(r));
+  return out;
 }
 
 bool Trainer::discard_pair(size_t l) const {

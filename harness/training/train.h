@@ -62,6 +62,13 @@ struct StepRecord {
   // a whole-step graph): what the executor launched, or what another system reported.
   std::map<std::string, int> replays;
   MemorySnapshot memory;
+  // Bytes held by graph pools when the step ended, and of those the bytes live tensors hold (a pool
+  // whose figures grow from one replay to the next leaks; a leak fills the free blocks before the
+  // pool grows); nullopt when the system under test does not report them.
+  std::optional<int64_t> graph_pool_bytes, graph_pool_used_bytes;
+  // The without-output rebindings of the step (checkpoint.h), as observed: in a replay of a graph
+  // that holds them, the ones its capture observed (the replay reads what the capture baked).
+  std::vector<Rebinding> rebindings;
   double ms = 0.0;
 };
 
@@ -121,6 +128,9 @@ class Trainer {
   // Synchronizes, collects the ledger and downloads losses, gradients and parameters.
   StepRecord finish_step(int step, const std::string& phase, const std::vector<Tensor>& losses, int last_backward_mb,
                          double start_ms);
+
+  // The without-output rebindings observed since the last call, over every checkpoint.
+  std::vector<Rebinding> take_rebindings();
 
   // Whether the WithoutOutput protocol applies between top-level layer l and its consumer l+1
   // (given that they run in the same unit; the caller checks that).

@@ -7,10 +7,20 @@
 //               without a graph-safe policy is judged against the no-checkpoint twin instead.
 //   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
 //   and naive   is reported.
-// A check that judged neither (frameworks report no bytes live after teardown) is skipped.
+// Two more demands, on what a run observed rather than on a twin:
+//   graph pools   the bytes graph pools hold after each replay step, and the bytes tensors hold
+//                 in them, never grow after the first replay of the same graphs (every system under
+//                 test that reports them): a pool that grows leaks (bug class 27).
+//   held bytes    on recap's runtime, the activation bytes each forward captured into a graph leaves
+//                 for its backward equal the memory model's prediction from the case
+//                 (properties/memory_model.h), byte for byte, for the case and for its no-checkpoint
+//                 twin when that ran: a recompute that keeps what it should free (class 2), or a
+//                 record that holds what it should let go, is caught where results agree.
+// A check that judged none of these (frameworks report no bytes live after teardown) is skipped.
 // The case's memory figures (case_memory_json) go into every report, judged or not.
 #include <algorithm>
 
+#include "properties/memory_model.h"
 #include "properties/oracles/oracle.h"
 
 namespace recap::properties {
@@ -41,6 +51,78 @@ int checkpoint_count(const CaseSpec& s) {
 
 int64_t activations_peak_in_graphs(const RunResult& r) { return r.capture_memory.activations_peak(); }
 
+CaseSpec without_checkpoints(CaseSpec s) {
+  for (auto& f : s.layers) {
+    f.checkpoint = CheckpointGranularity::None;
+    f.modules.clear();
+  }
+  return s;
+}
+
+int64_t total(const std::map<std::string, int64_t>& m) {
+  int64_t n = 0;
+  for (const auto& [unit, bytes] : m) n += bytes;
+  return n;
+}
+
+// "" when what a run's graphs held equals the model's prediction for `spec`, else the first unit
+// that differs, one line (`who`: "" for the case, "the no-checkpoint twin: " for its twin).
+std::string held_problem(const std::map<std::string, int64_t>& seen, const CaseSpec& spec, const std::string& who) {
+  const std::map<std::string, int64_t> want = predicted_held_in_graphs(spec);
+  if (seen == want) return "";
+  std::string unit;
+  int64_t a = 0, b = 0;
+  for (const auto& [u, bytes] : want)
+    if (auto it = seen.find(u); it == seen.end() || it->second != bytes) {
+      unit = u;
+      a = it == seen.end() ? 0 : it->second;
+      b = bytes;
+      break;
+    }
+  if (unit.empty())
+    for (const auto& [u, bytes] : seen)
+      if (!want.count(u)) {
+        unit = u;
+        a = bytes;
+        break;
+      }
+  return who + "activations held by graphs differ from the memory model: " + unit + " keeps " + std::to_string(a) +
+         " B for its backward, the model " + std::to_string(b) + " B (in all " + std::to_string(total(seen)) + " B vs " +
+         std::to_string(total(want)) + " B)";
+}
+
+// The graph-pool figures after each replay step (StepRecord::graph_pool_bytes, what the pools hold,
+// and ::graph_pool_used_bytes, what tensors hold in them): "" when neither grows after the first
+// replay (evidence filled when two or more replays were observed), else the first growth, one line.
+// A leak fills a pool's free blocks before the pool grows, hence both. The first replay is the
+// baseline, not the capture: a framework may capture lazily, inside the first step it labels a replay.
+std::string pool_growth(const RunResult& r, std::string* evidence) {
+  using Figure = std::optional<int64_t> training::StepRecord::*;
+  const std::pair<Figure, const char*> figures[] = {{&training::StepRecord::graph_pool_bytes, "graph pools"},
+                                                    {&training::StepRecord::graph_pool_used_bytes, "tensors in graph pools"}};
+  for (const auto& [figure, what] : figures) {
+    const training::StepRecord* first = nullptr;
+    int replays = 0;
+    for (const auto& s : r.steps) {
+      if (s.phase != "replay" || !(s.*figure)) continue;
+      ++replays;
+      if (first == nullptr) {
+        first = &s;
+        continue;
+      }
+      const int64_t a = *(first->*figure), b = *(s.*figure);
+      if (b > a)
+        return std::string(what) + " grew across replays of the same graphs (a leak): " + std::to_string(a) + " B after step " +
+               std::to_string(first->step) + " (the first replay), " + std::to_string(b) + " B after step " +
+               std::to_string(s.step) + " (+" + std::to_string(b - a) + " B)";
+    }
+    if (replays >= 2)
+      *evidence += (evidence->empty() ? "" : ", ") + std::string(what) + " " + std::to_string(*(first->*figure)) +
+                   " B after each of " + std::to_string(replays) + " replays";
+  }
+  return "";
+}
+
 CheckResult judge(Runs& runs) {
   const CaseSpec& spec = runs.spec();
   const RunResult& r = runs.main();
@@ -50,6 +132,21 @@ CheckResult judge(Runs& runs) {
   if (live && *live != 0) problems.push_back(std::to_string(*live) + " bytes still live on the device after teardown");
   if (live && *live == 0) evidence.push_back("0 bytes live after teardown");
   std::string not_judged;  // why the in-graph figures were not judged although the case has them
+  if (r.captured) {
+    std::string pools;
+    if (std::string leak = pool_growth(r, &pools); !leak.empty()) problems.push_back(leak);
+    else if (!pools.empty()) evidence.push_back(pools);
+  }
+  if (r.captured && r.held_in_graphs) {
+    // recap's runtime: what its graphs hold, against the model. The twin too, when it ran anyway.
+    const int64_t seen = total(*r.held_in_graphs);
+    runs.report().memory["held_in_graphs"] = seen;
+    runs.report().memory["predicted_held_in_graphs"] = total(predicted_held_in_graphs(spec));
+    if (std::string why = held_problem(*r.held_in_graphs, spec, ""); !why.empty()) problems.push_back(why);
+    else
+      evidence.push_back("activations held by graphs " + std::to_string(seen) + " B over " +
+                         std::to_string(r.held_in_graphs->size()) + " captured forwards, as the memory model predicts");
+  }
   if (runs.ran() && r.captured && checkpoint_in_graph(spec)) {
     const Run& plain = runs.no_checkpoint_twin();
     if (std::string t = twin_trouble("the no-checkpoint twin", plain); !t.empty()) {
@@ -57,6 +154,16 @@ CheckResult judge(Runs& runs) {
     } else if (!plain.result->captured) {
       not_judged = "the no-checkpoint twin captured no graph";
     } else {
+      // The saving the model states for the case's policy (on every system: what recap's design
+      // saves): what the twin holds less what the case holds. recap's runtime is held to it.
+      const CaseSpec bare = without_checkpoints(spec);
+      runs.report().memory["predicted_saving_in_graphs"] =
+          total(predicted_held_in_graphs(bare)) - total(predicted_held_in_graphs(spec));
+      if (plain.result->held_in_graphs && r.held_in_graphs) {
+        if (std::string why = held_problem(*plain.result->held_in_graphs, bare, "the no-checkpoint twin: "); !why.empty())
+          problems.push_back(why);
+        runs.report().memory["no_checkpoint_held_in_graphs"] = total(*plain.result->held_in_graphs);
+      }
       int64_t base = activations_peak_in_graphs(*plain.result);
       int64_t mine = activations_peak_in_graphs(r);
       runs.report().memory["no_checkpoint_activations_peak_in_graphs"] = base;
@@ -163,7 +270,10 @@ Json case_memory_json(const RunResult& r) {
 }
 
 Oracle memory_oracle() {
-  return {"memory", "recompute saves activation memory inside graphs; nothing live after teardown", judge};
+  return {"memory",
+          "recompute saves activation memory inside graphs, as the memory model predicts; graph pools do not grow across "
+          "replays; nothing live after teardown",
+          judge};
 }
 
 }  // namespace recap::properties

@@ -980,11 +980,14 @@ output-aliases-input-freed 19
 warmup-mutates-buffers 21
 grad-aliases-static 24
 philox-increment-short 26
+graph-pool-leak 27
+without-output-not-rebound 19
+recompute-saves-nothing 2
 grad-accum-not-zeroed gradients not zeroed
 layer-segfault died of a signal
 ROWS
   [ "$bad" -eq 0 ] || fail "a reproducer is not diagnosed as its class"
-  [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 20 ] || fail "a fault without a row here"
+  [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 23 ] || fail "a fault without a row here"
   ;;
 report_names_the_given_commit)
   # RECAP_GIT_COMMIT names the commit in the report (a copy of the tree whose .git is not the

@@ -65,6 +65,10 @@ TEST(Generators, Coverage) {
     EXPECT_GT(seen[l], 0) << l;
   EXPECT_EQ(seen["style=non-reentrant"], 0);  // recap's runtime does not model it (training::unmodelled)
   EXPECT_GE(seen["checkpoint+capture+dropout"], n / 10) << seen["checkpoint+capture+dropout"];
+  // issue 23's fault points live here (the gate requires half of these shares)
+  EXPECT_GE(seen["graphs replayed twice or more"], n / 2) << seen["graphs replayed twice or more"];
+  EXPECT_GE(seen["checkpoint inside graphs"], n * 6 / 10) << seen["checkpoint inside graphs"];
+  EXPECT_GE(seen["without-output rebinding"], n * 3 / 100) << seen["without-output rebinding"];
 }
 
 // The case a shrink of `gen`'s draw (seed 42) ends at when every case "fails": greedy, always the

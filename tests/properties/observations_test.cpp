@@ -49,6 +49,7 @@ struct Observation {
   std::vector<std::string> phases = {"warmup", "replay", "replay"};
   std::optional<Json> captures = Json{{"mlp0", 2}, {"mlp1", 2}, {"mlp2", 2}};
   Json replays = Json{{"mlp0", 2}, {"mlp1", 2}, {"mlp2", 2}};  // of each "replay" step
+  std::vector<int64_t> pool_bytes;  // per step, when reported (steps[].graph_pool_bytes)
   std::string status = "ok";
   sut::Message message() const {
     sut::Message m;
@@ -57,6 +58,7 @@ struct Observation {
       Json st = {{"step", s}, {"phase", phases[s]}, {"losses", {0.5}}, {"ms", 1.0},
                  {"masks", s < masks_of_step.size() ? masks_of_step[s] : Json::array()}};
       if (captures) st["replays"] = phases[s] == "replay" ? replays : Json::object();
+      if (s < pool_bytes.size()) st["graph_pool_bytes"] = pool_bytes[s];
       steps.push_back(st);
     }
     m.header = {{"op", "observation"}, {"id", 1}, {"status", status}, {"reason", ""},
@@ -187,6 +189,26 @@ TEST(Observations, ReplayStepsWithoutObservedGraphsAreTheDriversError) {
   CaseReport ok = judge(framework_case(), [](const CaseSpec&) { return Observation{}; }, {"capture_clean", "eager_vs_graphed"});
   EXPECT_EQ(ok.disposition, Disposition::Passed) << ok.first_failure();
   expect_evidence(ok, "eager_vs_graphed", "6 graphs replayed 12 times; 3 steps x 1 microbatches, 3 tensors");
+}
+
+// A graph pool that grows from one replay step to the next leaks (issue 23), on any system; the
+// first replay is the baseline (a framework may capture inside it).
+TEST(Observations, AGraphPoolGrowingAcrossReplaysIsALeak) {
+  Observation leak;
+  leak.phases = {"warmup", "replay", "replay", "replay"};
+  leak.pool_bytes = {0, 4096, 4096, 6144};
+  CheckResult c = check(judge(framework_case(), [&](const CaseSpec&) { return leak; }, {"memory"}), "memory");
+  EXPECT_EQ(c.disposition, Disposition::Incorrect) << c.reason;
+  EXPECT_NE(c.reason.find("graph pools grew across replays of the same graphs (a leak): 4096 B after step 1 (the first "
+                          "replay), 6144 B after step 3 (+2048 B)"),
+            std::string::npos)
+      << c.reason;
+  // Non-vacuity: the same figures without the growth (the first replay may still grow from 0).
+  Observation steady = leak;
+  steady.pool_bytes = {0, 4096, 4096, 4096};
+  CheckResult ok = check(judge(framework_case(), [&](const CaseSpec&) { return steady; }, {"memory"}), "memory");
+  EXPECT_NE(ok.disposition, Disposition::Incorrect) << ok.reason;
+  EXPECT_NE(ok.evidence.find("graph pools 4096 B after each of 3 replays"), std::string::npos) << ok.evidence;
 }
 
 TEST(Observations, ASystemThatDoesNotReportGraphsLeavesEagerVsGraphedSkipped) {

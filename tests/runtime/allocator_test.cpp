@@ -109,9 +109,12 @@ TEST_P(AllocatorTest, PoolReusesFreedBlocksBestFit) {
     // ... while the logical statistics see the tensor's own bytes under its category.
     EXPECT_EQ(tensor_live(alloc, MemCategory::Activations), 1000);
 
+    EXPECT_EQ(alloc.stats().pool_used_bytes, 1024);  // the whole block is the tensor's
+
     void* p1 = t1.data;
     t1 = Tensor{};  // back to the pool: still reserved, no longer a live tensor
     EXPECT_EQ(alloc.stats().pool_reserved_bytes, 1024);
+    EXPECT_EQ(alloc.stats().pool_used_bytes, 0);
     EXPECT_EQ(tensor_live(alloc, MemCategory::Activations), 0);
     Tensor t2 = alloc.alloc({225}, DType::F32, MemCategory::Activations);  // 900 -> 1024: reuses p1
     EXPECT_EQ(t2.data, p1);
@@ -129,6 +132,8 @@ TEST_P(AllocatorTest, PoolReusesFreedBlocksBestFit) {
     // 1500 bytes -> 1536: p1 is taken, only pbig (2048) fits.
     Tensor t4 = alloc.alloc({375}, DType::F32, MemCategory::Activations);
     EXPECT_EQ(t4.data, pbig);
+    // In use: the blocks the tensors hold, whole (a reused block counts at its own size).
+    EXPECT_EQ(alloc.stats().pool_used_bytes, 1024 + 2048);
     EXPECT_EQ(alloc.stats().pool_reserved_bytes, 3072);
     EXPECT_EQ(alloc.stats().pool_peak_reserved_bytes, 3072);
   }

@@ -92,5 +92,53 @@ TEST(Faults, OnOnlyWhileItsSessionRuns) {
   EXPECT_EQ(loss(clean, s.warmup), loss(broken, s.warmup));  // the first replay refilled them
 }
 
+// Issue 23's faults change only what the run observed, never a result: the observations
+// (RunResult::held_in_graphs, StepRecord::graph_pool_bytes and ::rebindings) are what the oracles
+// judge, so each must move with its fault and stay put without it.
+TEST(Faults, Issue23FaultsMoveOnlyTheirObservations) {
+  std::string err;
+  auto dev = device::make_device(device::BackendChoice::Sim, {}, &err);
+  ASSERT_TRUE(dev) << err;
+  auto run = [&](CaseSpec s, const char* fault) {
+    if (fault != nullptr) s.faults = {fault};
+    RunResult r = run_case(*dev, s);
+    EXPECT_TRUE(r.ok()) << (r.failure ? r.failure->line() : "");
+    return r;
+  };
+  // graph-pool-leak: what tensors hold in the pool grows by one taken buffer (8 x 16 fp32, one
+  // 512-byte block) every replay step; the pool itself only once its free blocks are used up.
+  CaseSpec full = testing::acceptance_spec(ExecutorKind::FullIteration);
+  const RunResult clean = run(full, nullptr), leak = run(full, "graph-pool-leak");
+  for (size_t k = full.warmup; k < clean.steps.size(); ++k) {
+    EXPECT_EQ(*clean.steps[k].graph_pool_bytes, *clean.steps[full.warmup].graph_pool_bytes);
+    EXPECT_EQ(*clean.steps[k].graph_pool_used_bytes, *clean.steps[full.warmup].graph_pool_used_bytes);
+    EXPECT_EQ(*leak.steps[k].graph_pool_used_bytes - *clean.steps[k].graph_pool_used_bytes,
+              static_cast<int64_t>(k - full.warmup + 1) * 512);
+    EXPECT_GE(*leak.steps[k].graph_pool_bytes, *clean.steps[k].graph_pool_bytes);
+  }
+  EXPECT_EQ(testing::first_difference(clean, leak), "");
+  // recompute-saves-nothing: each captured forward keeps more (a block's activations, not its
+  // input and RNG pair); results are the same.
+  const RunResult plain = run(full, "recompute-saves-nothing");
+  for (const auto& [unit, bytes] : *clean.held_in_graphs) EXPECT_GT(plain.held_in_graphs->at(unit), bytes) << unit;
+  EXPECT_EQ(testing::first_difference(clean, plain), "");
+  // without-output-not-rebound: the consumer reads the storage discarded at the forward.
+  CaseSpec wo = testing::acceptance_spec(ExecutorKind::Eager);
+  wo.style = CheckpointStyle::WithoutOutput;
+  wo.layers[1].checkpoint = CheckpointGranularity::None;  // block0's output is discarded, block1 consumes it
+  const RunResult rebound = run(wo, nullptr), stale = run(wo, "without-output-not-rebound");
+  for (const RunResult* r : {&rebound, &stale})
+    for (const StepRecord& st : r->steps) ASSERT_EQ(st.rebindings.size(), 2u);  // one per microbatch
+  for (const Rebinding& b : rebound.steps[0].rebindings) {
+    EXPECT_EQ(b.layer, "block0");
+    EXPECT_TRUE(b.rebound);
+    EXPECT_EQ(b.read, std::vector<uint64_t>(static_cast<size_t>(b.holes), b.recomputed));
+    EXPECT_EQ(b.misplaced, 0);
+  }
+  for (const Rebinding& b : stale.steps[0].rebindings)
+    for (uint64_t id : b.read) EXPECT_NE(id, b.recomputed);
+  EXPECT_EQ(testing::first_difference(rebound, stale), "");
+}
+
 }  // namespace
 }  // namespace recap::training

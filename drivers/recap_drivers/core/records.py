@@ -29,6 +29,8 @@ class StepRecord:
     grads: List[torch.Tensor]  # after the step's last backward
     params: List[torch.Tensor]  # after the update
     replays: Dict[str, int] = field(default_factory=dict)  # graph replays observed, by label
+    graph_pool_bytes: int = 0  # segments held by private (graph) pools when the step ended; 0 on CPU
+    graph_pool_used_bytes: int = 0  # of those, the bytes allocated (blocks a tensor holds)
 
 
 @dataclass

@@ -62,7 +62,8 @@ def observation(rid: Any, rec: RunRecord, status: str, mask_frames: bool, t0: fl
         for mk in observed:
             masks.append({k: v for k, v in mk.items() if not k.startswith("_")})
         steps.append({"step": s.step, "phase": s.phase, "losses": s.losses, "masks": masks,
-                      "replays": dict(s.replays), "ms": s.ms})
+                      "replays": dict(s.replays), "graph_pool_bytes": s.graph_pool_bytes,
+                      "graph_pool_used_bytes": s.graph_pool_used_bytes, "ms": s.ms})
         for m, row in enumerate(s.grads_mb):
             for i, g in enumerate(row):
                 out.append(Frame(f"grad {s.step} {m} {i}", "f32", tuple(g.shape), tensor_bytes(g)))

@@ -24,7 +24,7 @@ from .. import case as case_mod
 from . import layers as layers_mod
 from .cuda_errors import STICKY, cuda_api_name, cuda_error_name, one_line, root_exception
 from .leaks import allocation_sites
-from .observe.graphs import pool_bytes
+from .observe.graphs import pool_bytes, pool_figures
 from .observe.masks import MaskObserver
 from .records import RunData, RunRecord, StepRecord, to_f32
 from .replies import FAULT
@@ -176,8 +176,10 @@ class Runner:
         params = [(layout(i, p.detach()) if layout else p.detach()).float().cpu().clone()
                   for i, p in enumerate(self.params)]
         masks = self.obs.collect(graph_keys)
+        # the graph pools after the step: a pool that grows from one replay to the next leaks
+        pools, used = pool_figures() if self.cuda else (0, 0)
         return StepRecord(step, phase, vals, masks, (time.perf_counter() - t0) * 1e3, grads_mb, grads, params,
-                          self.graphs.take_replays())
+                          self.graphs.take_replays(), pools, used)
 
     def eager_step(self, step: int, phase: str, on_side: bool = False) -> StepRecord:
         t0 = time.perf_counter()

@@ -4,7 +4,7 @@ when used: the counting works on any graph class (tests use a fake one)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 class GraphObserver:
@@ -87,19 +87,26 @@ class GraphObserver:
             self.replays[label] = self.replays.get(label, 0) + 1
 
 
-def pool_bytes() -> int:
-    """Bytes of segments the caching allocator holds in private (graph) pools."""
+def pool_figures() -> Tuple[int, int]:
+    """Bytes of the segments the caching allocator holds in private (graph) pools, and the bytes
+    allocated in them (blocks a tensor holds); (0, 0) without CUDA."""
     import torch
 
     if not torch.cuda.is_available():
-        return 0
+        return 0, 0
     try:
         segs = torch.cuda.memory_snapshot()
     except Exception:
-        return 0
-    total = 0
+        return 0, 0
+    total = used = 0
     for s in segs:
         pid = s.get("segment_pool_id", (0, 0))
         if tuple(pid) != (0, 0):
             total += int(s.get("total_size", 0))
-    return total
+            used += int(s.get("allocated_size", 0))
+    return total, used
+
+
+def pool_bytes() -> int:
+    """Bytes of segments the caching allocator holds in private (graph) pools."""
+    return pool_figures()[0]
