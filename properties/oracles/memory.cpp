@@ -191,6 +191,15 @@ CheckResult judge(Runs& runs) {
                                          " bytes of activations (peak " + std::to_string(mine) + " B vs " +
                                          std::to_string(want) + " B under graph-safe, " + std::to_string(base) +
                                          " B without checkpoints)");
+        } else if (spec.executor == ExecutorKind::FullIteration) {
+          // One graph holds the forward and the backward, so its peak includes the backward's
+          // recompute and can equal the no-checkpoint peak while recompute does save (a checkpoint
+          // of the first layer recomputes once the rest is freed); megatron-core's skip does not
+          // even apply there (FullCudaGraphWrapper sets no warmup or capture flag). Without a
+          // graph-safe twin the saving cannot be measured (results/h200/2026-12-02-issue20).
+          const std::string why = twin_trouble("it", gs);
+          not_judged = "one full-iteration graph: its peak includes the backward's recompute, and no graph-safe twin "
+                       "ran to compare with (" + (why.empty() ? std::string("it captured no graph") : why) + ")";
         } else {
           evidence.push_back("activations inside graphs " + std::to_string(mine) + " B vs " + std::to_string(base) +
                              " B without checkpoints (no graph-safe twin)");
