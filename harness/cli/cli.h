@@ -100,5 +100,6 @@ void add_gate_command(CLI::App& app, Runner* run);
 void add_worker_command(CLI::App& app, Runner* run);
 void add_mutants_command(CLI::App& app, Runner* run);
 void add_compare_command(CLI::App& app, Runner* run);
+void add_tradeoff_command(CLI::App& app, Runner* run);
 
 }  // namespace recap::cli
