@@ -29,6 +29,7 @@
 #include "harness/cli/cli.h"
 #include "harness/cli/known_findings.h"
 #include "harness/runtime/faults.h"
+#include "harness/runtime/phase.h"
 #include "harness/sut/in_process.h"
 #include "harness/training/spec.h"
 #include "properties/diagnosis.h"
@@ -36,6 +37,7 @@
 #include "properties/oracles.h"
 #include "properties/oracles/oracle.h"
 #include "reports/report.h"
+#include "reports/reporter.h"
 #include "reports/results.h"
 #include "reports/tradeoff.h"
 #include "reports/tradeoff_writer.h"
@@ -197,14 +199,15 @@ Sweep read_sweep(const std::string& path) {
   Sweep sw;
   try {
     if (!j.is_object()) throw SweepError{"the document must be an object"};
+    if (!j.contains("schema") || j["schema"] != kSweepSchema)  // first: another kind of file says what it is
+      throw SweepError{std::string("schema: must be \"") + kSweepSchema + "\", got " +
+                       (j.contains("schema") ? one_line(j["schema"].dump(), 40) : std::string("none"))};
     static const std::set<std::string> keys = {"schema", "sizes", "checkpoint", "selective_modules",
                                                "executor", "style", "policy", "generator"};
     for (auto it = j.begin(); it != j.end(); ++it)
       if (!keys.count(it.key()) && it.key().rfind('_', 0) != 0)
         throw SweepError{"unknown key '" + one_line(it.key(), 40) +
                          "' (schema, sizes, checkpoint, selective_modules, executor, style, policy, generator)"};
-    if (!j.contains("schema") || j["schema"] != kSweepSchema)
-      throw SweepError{std::string("schema: must be \"") + kSweepSchema + "\""};
     if (!j.contains("sizes") || !j["sizes"].is_array() || j["sizes"].empty())
       throw SweepError{"sizes: must be a non-empty array of sizes"};
     std::set<std::string> names;
@@ -499,7 +502,9 @@ void print_size_table(const SizeSpec& s, const reports::TradeoffSize& size, cons
               s.name.c_str(), s.layers, s.hidden, s.heads, s.ffn(), s.seq, s.micro_batch, s.tokens(), s.microbatches,
               s.dtype.c_str(), s.dropout, flops_per_step(s));
   std::printf("  step times: %s\n", clock.c_str());
-  std::printf("  %-52s %-13s %9s %17s %8s %10s %10s %10s %10s %10s %9s\n", "configuration", "verdict", "median ms",
+  int w = 13;
+  for (const auto& c : size.configurations) w = std::max(w, static_cast<int>(c.name.size()));
+  std::printf("  %-*s %-13s %9s %17s %8s %10s %10s %10s %10s %10s %9s\n", w, "configuration", "verdict", "median ms",
               "p10-p90 ms", "TFLOP/s", "peak alloc", "peak resv", "graph pool", "act graphs", "saved", "overhead");
   std::vector<std::string> notes;
   for (const auto& c : size.configurations) {
@@ -507,7 +512,7 @@ void print_size_table(const SizeSpec& s, const reports::TradeoffSize& size, cons
     std::string spread = "-";
     if (c.step_ms) spread = fixed(c.step_ms->p10, "%.3f") + "-" + fixed(c.step_ms->p90, "%.3f");
     std::string overhead = c.recompute_overhead ? fixed(*c.recompute_overhead * 100.0, "%+.1f%%") : "-";
-    std::printf("  %-52s %-13s %9s %17s %8s %10s %10s %10s %10s %10s %9s\n", c.name.c_str(), verdict.c_str(),
+    std::printf("  %-*s %-13s %9s %17s %8s %10s %10s %10s %10s %10s %9s\n", w, c.name.c_str(), verdict.c_str(),
                 c.step_ms ? fixed(c.step_ms->median, "%.3f").c_str() : "-", spread.c_str(), fixed(c.tflops, "%.3g").c_str(),
                 human_bytes(c.memory.peak_allocated).c_str(), human_bytes(c.memory.peak_reserved).c_str(),
                 human_bytes(c.memory.graph_pool).c_str(), human_bytes(c.memory.activations_in_graphs).c_str(),
