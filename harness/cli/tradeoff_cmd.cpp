@@ -664,6 +664,9 @@ int tradeoff(const TradeoffArgs& a) {
         const Disposition d = o.judged.disposition;
         if (d == Disposition::Skipped || d == Disposition::OutOfMemory) {
           o.not_measured = d == Disposition::Skipped ? "skipped by the oracles" : "out of device memory when judged";
+        } else if (d == Disposition::Failed || d == Disposition::Crashed) {
+          // it does not run to its end (a capture error, a backward that never ends): no steady state to time
+          o.not_measured = "the judged run " + properties::disposition_name(d) + ": not measured";
         } else {
           try {
             o.measured = measurer.measure(p.spec);
