@@ -568,6 +568,7 @@ int tradeoff(const TradeoffArgs& a) {
     sw.sizes = {a.size};
   }
   if (std::string e = properties::unknown_property(a.properties); !e.empty()) throw UsageError("--property: " + e);
+  if (!std::isfinite(a.fp64_budget)) throw UsageError("--fp64-budget: must be a finite number of multiply-adds");
   SutChoice choice;
   if (std::string e = parse_sut(a.sut.sut, &choice); !e.empty()) throw UsageError("--sut: " + e);
   if (choice.kind == "recap-worker")
@@ -955,6 +956,11 @@ void add_tradeoff_command(CLI::App& app, Runner* runner) {
       ->check(CLI::Range(0.0, 1e18))
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Parameter, data and RNG seeds of every case (seed, seed + 1, seed + 2)")
+      ->check([](const std::string& v) {  // before the conversion, which would wrap -1 around
+        const bool ok = !v.empty() && v.size() <= 18 &&
+                        std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+        return ok ? std::string() : "must be an unsigned integer below 10^18, got '" + one_line(v, 40) + "'";
+      })
       ->capture_default_str();
   add_property_option(*cmd, &a->properties);
   cmd->add_flag("--require-memory-savings", a->require_memory_savings,
