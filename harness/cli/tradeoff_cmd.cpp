@@ -634,7 +634,7 @@ int tradeoff(const TradeoffArgs& a) {
         // run can afford; those it cannot are listed as skipped with the reason
         CaseSpec judged = p.spec;
         judged.replays = a.judged_replays;
-        std::vector<std::string> run_props, unselected;
+        std::vector<std::string> run_props;
         std::map<std::string, std::string> why_not;
         const double cost = reference_cost(judged);
         for (const auto& prop : properties::property_names()) {
