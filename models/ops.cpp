@@ -238,4 +238,12 @@ int blas_prepare() {
 #endif
 }
 
+bool blas_available() {
+#ifdef RECAP_WITH_CUDA
+  return gpu::cublas_available();
+#else
+  return false;
+#endif
+}
+
 }  // namespace recap::models::ops

@@ -44,5 +44,7 @@ device::Kernel mse_loss(const math::MseArgs& a);
 // Prepares the calling thread's cuBLAS handle (cuda builds with cuBLAS; a no-op otherwise).
 // Must run outside capture. Returns a device status code as an int (0 = success).
 int blas_prepare();
+// Whether GemmImpl::Cublas is cuBLAS (a cuda build with cuBLAS), not the simple kernel standing in.
+bool blas_available();
 
 }  // namespace recap::models::ops

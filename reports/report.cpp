@@ -162,8 +162,10 @@ std::string write_corpus_entry(const std::string& dir, const FailureRecord& e, c
   Json c = Json::object();
   c["schema"] = e.case_json.value("schema", "recap.case/1");
   c["name"] = file.substr(0, file.size() - 5);
-  c["description"] = "Found by recap fuzz (seed " + std::to_string(e.seed) + ", " + std::to_string(e.shrinks) +
-                     " shrinks): " + e.reason;
+  c["description"] = (context.found_by.empty() ? "Found by recap fuzz (seed " + std::to_string(e.seed) + ", " +
+                                                      std::to_string(e.shrinks) + " shrinks)"
+                                                : "Found by " + context.found_by) +
+                     ": " + e.reason;
   for (auto it = e.case_json.begin(); it != e.case_json.end(); ++it) {
     if (it.key() == "schema" || it.key() == "name" || it.key() == "description" || it.key() == "expected") continue;
     c[it.key()] = it.value();

@@ -93,7 +93,7 @@ class Worker:
         self.p.stdin.flush()
 
     def send(self, header: Dict[str, Any], frames: Sequence[Frame] = ()) -> None:
-        if header.get("op") in ("hello", "run", "shutdown"):
+        if header.get("op") in ("hello", "run", "measure", "shutdown"):
             validate(header, list(frames))
         self.send_raw(protocol.encode_message(header, frames))
 

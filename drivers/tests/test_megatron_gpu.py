@@ -132,6 +132,21 @@ class MegatronGpuTest(unittest.TestCase):
             helpers.check_graphs_observed(self, h, case)  # linear1 captured and replayed, linear0 never
             self.assertNotIn("linear0", h["graphs"]["captures"])
 
+    def test_a3_measure_times_steady_replays(self):
+        """The measure request (recap tradeoff) through Megatron's schedules: its replays timed by
+        CUDA events (full-iteration: the capture step, which also trains, is not timed, and one more
+        replay is run), the graphs' figures where graphs were made."""
+        for ex in ("eager", "per-layer", "full-iteration"):
+            with self.subTest(ex):
+                case = dict(STACK, executor=ex, policy=self.policy, generator="graph-safe", replays=4)
+                type(self).rid += 1
+                h, _ = self.w.request({"op": "measure", "id": self.rid, "case": case})
+                self.assertEqual((h["op"], h["status"]), ("measurement", "ok"), h.get("reason"))
+                self.assertEqual(h["clock"], "cuda-events")
+                self.assertEqual(len(h["step_ms"]), 4)
+                self.assertGreater(h["memory"]["peak_allocated"], 0)
+                self.assertEqual(h["memory"]["activations_in_graphs"] is not None, ex != "eager")
+
     def test_b_block_computes_recaps_block(self):
         case = copy.deepcopy(STACK)
         for l in case["layers"]:

@@ -92,6 +92,29 @@ class RecapWorker(unittest.TestCase):
         self.assertGreater(h["memory"]["activations_in_graphs_bytes"], 0)
         self.assertEqual(w.close(), 0)
 
+    def test_measure_gives_the_ledgers_bytes_and_times_the_replays(self):
+        # recap tradeoff's request (PROTOCOL.md, "measure"), as recap measures in process
+        with open(os.path.join(CORPUS, "graph-safe-per-layer.json")) as f:
+            case = json.load(f)
+        w = self.worker()
+        hello, _ = w.request({"op": "hello", "protocol": "recap.worker/1"})
+        self.assertEqual(hello["ops"], ["measure"])
+        a, frames = w.request({"op": "measure", "id": 1, "case": case})
+        b, _ = w.request({"op": "measure", "id": 2, "case": case})
+        self.assertEqual((a["op"], a["status"], frames), ("measurement", "ok", {}), a.get("reason"))
+        self.assertEqual(a["clock"], "host-clock")
+        self.assertEqual(len(a["step_ms"]), case["replays"])
+        mem = a["memory"]
+        for k in ("peak_allocated", "peak_reserved", "device_used", "graph_pool", "capture_peak", "activations_in_graphs"):
+            self.assertGreater(mem[k], 0, k)
+        self.assertIsNone(mem["activations_eager"])
+        self.assertEqual(mem, b["memory"])  # exact bytes: the same program, the same figures
+        self.assertEqual(len(a["per_layer"]), len(case["layers"]))
+        m, _ = w.request({"op": "measure", "id": 3, "what": "matmul-bf16"})
+        self.assertIsNone(m["matmul_bf16_tflops"])
+        self.assertIn("no GPU", m["reason"])
+        self.assertEqual(w.close(), 0)
+
     def test_a_failed_capture_is_an_observation_with_its_failure(self):
         with open(os.path.join(CORPUS, "naive-capture-failure-min.json")) as f:
             case = json.load(f)

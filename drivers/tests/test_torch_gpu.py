@@ -202,6 +202,32 @@ class GpuTest(unittest.TestCase):
                 h, f = self.survey(f"{ex} odd {dtype}", dict(case, executor=ex), frames, eager)
                 self.assertIn(h["status"], ("ok", "failed"), h["reason"])
 
+    def test_measure_times_replays_with_cuda_events(self):
+        """The measure request (recap tradeoff) on CUDA: each executor's replays timed by CUDA
+        events, the allocator's figures, the graphs' figures only where graphs were made, per layer
+        the bytes each per-layer graph keeps, and the matmul rate."""
+        for ex in ("eager", "per-layer", "full-iteration"):
+            with self.subTest(ex):
+                case = dict(STACK, executor=ex, device_state=self.dev_state, replays=5)
+                type(self).rid += 1
+                h, frames = self.w.request({"op": "measure", "id": self.rid, "case": case})
+                self.assertEqual((h["op"], h["status"], frames), ("measurement", "ok", {}), h.get("reason"))
+                self.assertEqual(h["clock"], "cuda-events")
+                self.assertEqual(len(h["step_ms"]), 5)
+                mem = h["memory"]
+                for k in ("peak_allocated", "peak_reserved", "device_used"):
+                    self.assertGreater(mem[k], 0, k)
+                graphed = ex != "eager"
+                for k in ("graph_pool", "capture_peak", "activations_in_graphs"):
+                    self.assertEqual(mem[k] is not None, graphed, k)
+                self.assertEqual(h["capture_ms"] is not None, graphed)
+                self.assertEqual(mem["activations_eager"] is not None, not graphed)
+                if ex == "per-layer":
+                    self.assertEqual([l["layer"] for l in h["per_layer"]], list(range(len(STACK["layers"]))))
+        type(self).rid += 1
+        m, _ = self.w.request({"op": "measure", "id": self.rid, "what": "matmul-bf16"})
+        self.assertGreater(m["matmul_bf16_tflops"], 0)
+
     def test_determinism_check_on_cuda(self):
         case = with_ckpt(dict(STACK, executor="full-iteration"), "full", "non-reentrant")
         h, _ = self.run_case(case, random_frames(case, seed=7), determinism_check=True)

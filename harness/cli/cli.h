@@ -102,5 +102,6 @@ void add_mutants_command(CLI::App& app, Runner* run);
 void add_compare_command(CLI::App& app, Runner* run);
 void add_report_command(CLI::App& app, Runner* run);
 void add_merge_command(CLI::App& app, Runner* run);
+void add_tradeoff_command(CLI::App& app, Runner* run);
 
 }  // namespace recap::cli

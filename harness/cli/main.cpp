@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add_compare_command(app, &run);
   add_report_command(app, &run);
   add_merge_command(app, &run);
+  add_tradeoff_command(app, &run);
 
   // An unknown command: CLI11 would only say "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {

@@ -131,6 +131,17 @@ class Device {
   virtual Status event_record(Event e, Stream s) = 0;         // cudaEventRecord
   virtual Status event_query(Event e) = 0;                    // cudaEventQuery
   virtual Status event_synchronize(Event e) = 0;              // cudaEventSynchronize
+  // The GPU's own clock (recap tradeoff's step times): an event with timing (cudaEventCreate) and
+  // the milliseconds between two such events once both completed (cudaEventElapsedTime). A
+  // backend without a device clock (sim) answers NotSupported and callers use the host clock.
+  virtual Status timing_event_create(Event* out) {
+    (void)out;
+    return Status::NotSupported;
+  }
+  virtual Status event_elapsed_ms(Event start, Event end, float* ms) {
+    (void)start, (void)end, (void)ms;
+    return Status::NotSupported;
+  }
 
   // ---- memory ---------------------------------------------------------------------------
   virtual Status malloc(void** out, size_t bytes, MemCategory cat) = 0;   // cudaMalloc

@@ -20,6 +20,11 @@ class InProcessSut : public Sut {
   // for an allocation the device refused while setting up) passes through.
   SutRun run(const training::CaseSpec& spec, const RunRequest& ask) override;
   SutDevice last_device() const override { return last_device_; }
+  // A session on a fresh device, results not downloaded: step times by the device's clock
+  // (Trainer::step_clock), bytes from the device's ledger and the allocator, exactly.
+  Measurement measure(const training::CaseSpec& spec) override;
+  // cuda: a bf16 GEMM of 8192 x 8192 x 8192 through cuBLAS, 10 timed launches after 3; nullopt on sim.
+  std::optional<double> matmul_bf16_tflops(std::string* why) override;
 
  private:
   device::BackendChoice backend_;

@@ -194,6 +194,10 @@ void WorkerSut::start() {
   info_.device = rep.header.value("device", std::string());
   info_.capabilities = rep.header["capabilities"];
   if (rep.header.contains("mutants")) info_.mutants = rep.header["mutants"];
+  info_.ops.clear();
+  if (auto ops = rep.header.find("ops"); ops != rep.header.end() && ops->is_array())
+    for (const Json& op : *ops)
+      if (op.is_string()) info_.ops.push_back(op.get<std::string>());
 }
 
 SutInfo WorkerSut::hello() {

@@ -37,7 +37,35 @@ struct SutInfo {
   std::string device;   // "sim", "NVIDIA H200", "cpu"
   Json capabilities;    // the hello's object (capabilities.h reads it)
   Json mutants = Json();  // the hello's "mutants" (framework drivers: drivers/recap_drivers/mutants/); null: none
+  // The hello's "ops": the requests the worker serves beyond hello, run and shutdown ("measure");
+  // empty for a worker older than them. recap's runtime in process measures itself.
+  std::vector<std::string> ops;
 };
+
+// What recap tradeoff measures of one configuration (drivers/PROTOCOL.md, "measure"): the case's
+// warmup steps and graph capture, then its replays as timed steps. A figure the system cannot
+// measure is nullopt (memory on a CPU), never 0.
+struct LayerMeasurement {
+  int layer = 0;
+  std::optional<double> forward_ms, backward_ms;
+  std::optional<int64_t> activations_in_graphs, graph_pool;
+};
+struct Measurement {
+  std::string clock;            // "cuda-events", "host-clock": what timed step_ms
+  std::vector<double> step_ms;  // each timed step's work, in order (fewer when the run failed)
+  std::optional<double> capture_ms;
+  // Bytes: the peaks over the timed steps; device memory in use (total - free) at their end; the
+  // graphs' pools; the peak allocated while they were captured; the activations the graphs keep
+  // from forward to backward, and those eager steps keep (the same measure outside graphs).
+  std::optional<int64_t> peak_allocated, peak_reserved, device_used, graph_pool, capture_peak, activations_in_graphs,
+      activations_eager;
+  std::vector<LayerMeasurement> per_layer;
+  std::string failure;  // one line when the run failed
+  std::string note;     // what was not measured and why ("memory: the worker runs on the CPU")
+};
+Json measurement_to_json(const Measurement& m);
+// Throws ProtocolError naming the field that is wrong.
+Measurement measurement_from_json(const Json& j);
 
 // A system could not run the case as specified (a worker's status "skipped"): its one-line reason.
 struct SkippedBySut : std::runtime_error {
@@ -73,6 +101,19 @@ class Sut {
   // std::runtime_error with one line when it could not give a run (the worker died, talked
   // garbage, refused the case, did not answer in time): the oracles record the case as crashed.
   virtual SutRun run(const training::CaseSpec& spec, const RunRequest& ask) = 0;
+  // Measures the case (recap tradeoff): its warmup and capture, then spec.replays timed steps,
+  // without the downloads the oracles need. Throws SkippedBySut when the system cannot run or
+  // cannot measure the case, and std::runtime_error as run() does.
+  virtual Measurement measure(const training::CaseSpec& spec) {
+    (void)spec;
+    throw SkippedBySut(name() + " does not measure cases");
+  }
+  // The device's bf16 matmul rate in TFLOP/s, timed now in the system's own process (a large
+  // square GEMM between two device clock events); nullopt without a GPU (*why says so).
+  virtual std::optional<double> matmul_bf16_tflops(std::string* why) {
+    *why = name() + " does not measure a matmul rate";
+    return std::nullopt;
+  }
   // The device of the last run() when it threw after making one (a crashed case still names its
   // device); empty when unknown.
   virtual SutDevice last_device() const { return {}; }
@@ -104,6 +145,10 @@ class WorkerSut : public Sut {
   std::string name() const override { return config_.name; }
   bool recap_runtime() const override { return config_.recap_runtime; }
   SutRun run(const training::CaseSpec& spec, const RunRequest& ask) override;
+  // The `measure` request (drivers/PROTOCOL.md); SkippedBySut when the worker's hello lists no
+  // "measure" op or it skips the case.
+  Measurement measure(const training::CaseSpec& spec) override;
+  std::optional<double> matmul_bf16_tflops(std::string* why) override;
   // Starts the worker when it is not running (it answers `hello` first) and returns what it said.
   // std::runtime_error with one line when it cannot start, exits, refuses hello, talks garbage or
   // does not answer in time ("the worker exited with status 2: <its stderr tail>").
@@ -120,6 +165,9 @@ class WorkerSut : public Sut {
   void begin_request();      // empties the stderr file: its tail is this request's
   void end_request();        // with echo_stderr, copies what the request wrote to recap's stderr
   std::string stderr_tail() const;  // "" or "; stderr: <last lines, one line>"
+  // One `measure` request and its reply ("measurement"), with run()'s handling of a worker that
+  // dies, talks garbage or does not answer; SkippedBySut for a reply whose status is skipped.
+  Json measure_request(Json header);
   WorkerConfig config_;
   pid_t pid_ = -1;
   FILE* to_ = nullptr;

@@ -342,7 +342,8 @@ Message hello_reply(device::Device& dev) {
               {"sut", "recap"},
               {"version", "0.1.0"},
               {"device", dev.name()},
-              {"capabilities", recap_capabilities_json()}};
+              {"capabilities", recap_capabilities_json()},
+              {"ops", Json::array({"measure"})}};
   return m;
 }
 
@@ -371,6 +372,40 @@ WorkerFault worker_fault() {
     }
   }
   return f;
+}
+}  // namespace
+
+namespace {
+// The reply to a measure request: a measurement, skipped with the reason, or an error.
+Message measure_reply(InProcessSut& recap, const Json& h, const Json& id) {
+  Message m;
+  m.header = {{"op", "measurement"}, {"id", id}, {"status", "ok"}, {"reason", ""}};
+  const std::string what = h.value("what", std::string("case"));
+  if (what == "matmul-bf16") {
+    std::string why;
+    std::optional<double> r = recap.matmul_bf16_tflops(&why);
+    m.header["matmul_bf16_tflops"] = r ? json_number(*r) : Json(nullptr);
+    if (!r) m.header["reason"] = why;
+    return m;
+  }
+  if (what != "case") return error_reply("measure: unknown 'what' '" + what + "' (case, matmul-bf16)", id);
+  training::CaseSpec spec;
+  std::string problem = h.contains("case") ? training::case_from_json(h["case"], &spec) : "measure: missing case";
+  if (!problem.empty()) return error_reply("case: " + problem, id);
+  try {
+    Measurement r = recap.measure(spec);
+    m.header.update(measurement_to_json(r));
+    if (!r.failure.empty()) {
+      m.header["status"] = "failed";
+      m.header["reason"] = r.failure;
+    }
+  } catch (const SkippedBySut& e) {
+    m.header["status"] = "skipped";
+    m.header["reason"] = e.what();
+  } catch (const std::exception& e) {
+    return error_reply(std::string("the measured run threw: ") + e.what(), id);
+  }
+  return m;
 }
 }  // namespace
 
@@ -405,8 +440,16 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
       write_message(out, hello_reply(*probe));
       continue;
     }
+    if (op == "measure") {  // recap tradeoff (drivers/PROTOCOL.md, "measure"), as recap measures in process
+      if (!id.is_number_integer()) {
+        write_message(out, error_reply("measure: id must be an integer", id));
+        continue;
+      }
+      write_message(out, measure_reply(recap, h, id));
+      continue;
+    }
     if (op != "run") {
-      write_message(out, error_reply(op.empty() ? "a request without an op" : "unknown op '" + op + "'", id));
+      write_message(out, error_reply(op.empty() ? "a request without an op" : "unknown op '" + op + "' (hello, run, measure, shutdown)", id));
       continue;
     }
     if (!id.is_number_integer()) {

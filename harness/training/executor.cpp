@@ -1,5 +1,6 @@
 #include "harness/training/executor.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -213,6 +214,7 @@ class PerLayerGraphs : public Executor {
     if (fault_on(Fault::WarmupMutatesBuffers)) swap_in_weight_cache();  // the live weights back; graphs keep the cache
     if (fault_on(Fault::FreeUnderGraph)) rebind_static_inputs();
     out.captured = true;
+    out.graph_activations = kept_;
     out.graphs = static_cast<int>(units_.size());
     out.held_in_graphs = held_;
     for (const Unit& u : units_) ++(*out.captures)[t_.layers[u.layer]->name()];
@@ -236,6 +238,10 @@ class PerLayerGraphs : public Executor {
     c.step = step;
     c.phase = forward ? Phase::Forward : Phase::Backward;
 
+    const auto activations_live = [&] {
+      return t_.alloc.stats().tensors[static_cast<int>(device::MemCategory::Activations)].live_bytes;
+    };
+    const int64_t live_before = activations_live();
     runtime::CapturedGraph g = runtime::capture_graph(t_.dev, t_.alloc, t_.rng, t_.capture, pool, what, [&] {
       if (fault_on(Fault::RestoreAcrossCapture)) t_.rng.restore(pre_capture_rng_);  // bug class 16
       if (forward) {
@@ -251,6 +257,10 @@ class PerLayerGraphs : public Executor {
         s_gin_[l][m] = layer.backward(c, s_gout_[l][m], cap_saved_[l][m]);
       }
     });
+    if (forward) {
+      kept_.resize(t_.layers.size(), 0);
+      kept_[l] = std::max(kept_[l], activations_live() - live_before);
+    }
     index_[{l, m, forward}] = units_.size();
     units_.push_back(Unit{l, m, forward, g.graph, g.exec, std::move(g.rng)});
   }
@@ -440,6 +450,7 @@ class PerLayerGraphs : public Executor {
   std::vector<Unit> units_;                                          // in record order
   std::map<std::tuple<size_t, int, bool>, size_t> index_;
   std::map<std::string, int> replays_;  // graph launches of the current replay step, by layer
+  std::vector<int64_t> kept_;           // per layer: activation bytes its forward graph keeps (RunResult::graph_activations)
   size_t cursor_ = 0;
   PoolId shared_pool_ = 0;
   std::vector<PoolId> pools_;
@@ -635,6 +646,7 @@ RunResult Session::run() {
   for (models::Layer* l : t.layers) r.layer_names.push_back(l->name());
   for (models::Param* p : t.params) r.param_names.push_back(p->name);
   r.param_layer = t.param_layer;
+  r.step_clock = t.step_clock();
   executor_->run(r);
   r.ledger_summary = t.ledger.summary();
   r.recompute_mismatches = t.ledger.recompute_mismatches().size();

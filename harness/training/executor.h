@@ -70,6 +70,11 @@ struct RunResult {
   // checkpointed forward draw): the first problem, and what was compared when there was none.
   std::string ledger_problem, ledger_evidence;
   double capture_ms = 0.0;
+  std::string step_clock;          // what measured each StepRecord::work_ms (Trainer::step_clock)
+  // Per-layer graphs: per top-level layer, the activation bytes its forward graph keeps for its
+  // backward graph (live after the forward's capture less live before it; the largest over
+  // microbatches); empty for other executors. What recap tradeoff reports per layer.
+  std::vector<int64_t> graph_activations;
   MemorySnapshot capture_memory;   // peaks over the capture (what the graphs hold at replay)
   // Activation bytes each forward captured into a graph left allocated for its backward (live
   // Activations bytes after the forward less before it), by unit: "<layer> mb<m>" for per-layer

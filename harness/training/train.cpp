@@ -126,10 +126,20 @@ Trainer::Trainer(device::Device& d, const CaseSpec& s)
     grad_copies.push_back(std::move(copies));
   }
   check(dev.stream_synchronize(main), "cudaStreamSynchronize", "trainer setup");
+  // A device clock for StepRecord::work_ms where the backend has one (NotSupported on sim).
+  timing_events_ = device::ok(dev.timing_event_create(&work_start_));
+  if (timing_events_ && !device::ok(dev.timing_event_create(&work_end_))) {
+    dev.event_destroy(work_start_);
+    timing_events_ = false;
+  }
 }
 
 Trainer::~Trainer() {
   dev.device_synchronize();
+  if (timing_events_) {
+    dev.event_destroy(work_start_);
+    dev.event_destroy(work_end_);
+  }
   for (device::Stream s : {main, side, capture})
     if (s.id != 0) dev.stream_destroy(s);
 }
@@ -174,6 +184,9 @@ void Trainer::load_step_data(int step) {
 }
 
 void Trainer::begin_step(int step, device::Stream s) {
+  step_stream_ = s;
+  work_t0_ = now_ms();
+  if (timing_events_) check(dev.event_record(work_start_, s), "cudaEventRecord", "the step's start");
   dev.reset_peak_memory();
   alloc.reset_peaks();
   check(ledger.begin_step(step, s), "cudaMemsetAsync", "RNG ledger begin_step");
@@ -192,10 +205,17 @@ void Trainer::copy_grads(Ctx& c, int mb) {
 
 StepRecord Trainer::finish_step(int step, const std::string& phase, const std::vector<Tensor>& losses,
                                 int last_backward_mb, double start_ms) {
+  if (timing_events_) check(dev.event_record(work_end_, step_stream_), "cudaEventRecord", "the step's end");
   check(dev.device_synchronize(), "cudaDeviceSynchronize", "end of step " + std::to_string(step));
   StepRecord r;
   r.step = step;
   r.phase = phase;
+  r.work_ms = now_ms() - work_t0_;
+  if (timing_events_) {
+    float ms = 0;
+    check(dev.event_elapsed_ms(work_start_, work_end_, &ms), "cudaEventElapsedTime", "step " + std::to_string(step));
+    r.work_ms = ms;
+  }
   r.memory.device = dev.memory_stats();
   r.memory.allocator = alloc.stats();
   r.graph_pool_bytes = r.memory.allocator.pool_reserved_bytes;
@@ -208,11 +228,13 @@ StepRecord Trainer::finish_step(int step, const std::string& phase, const std::v
     MicrobatchRecord mr;
     mr.microbatch = m;
     if (m < static_cast<int>(losses.size()) && losses[m].defined()) mr.loss = to_floats(dev, losses[m]).at(0);
-    for (size_t i = 0; i < params.size(); ++i) mr.grads.push_back(to_floats(dev, grad_copies[m][i]));
+    if (record_tensors)
+      for (size_t i = 0; i < params.size(); ++i) mr.grads.push_back(to_floats(dev, grad_copies[m][i]));
     r.microbatches.push_back(std::move(mr));
   }
   if (last_backward_mb >= 0) r.grads = r.microbatches[last_backward_mb].grads;
-  for (models::Param* p : params) r.params.push_back(to_floats(dev, p->value));
+  if (record_tensors)
+    for (models::Param* p : params) r.params.push_back(to_floats(dev, p->value));
   r.ms = now_ms() - start_ms;
   return r;
 }

@@ -70,6 +70,10 @@ struct StepRecord {
   // that holds them, the ones its capture observed (the replay reads what the capture baked).
   std::vector<Rebinding> rebindings;
   double ms = 0.0;
+  // The step's device work alone, from begin_step to the end of its last kernel (the data upload
+  // before it and the downloads of its results after it left out): what recap tradeoff times.
+  // Trainer::step_clock() says which clock measured it.
+  double work_ms = 0.0;
 };
 
 // A failure while creating graphs (or while running a step): what failed, where and how.
@@ -147,6 +151,21 @@ class Trainer {
   StepRecord eager_step(int step, device::Stream s, const std::string& phase, const Around& around = {});
 
   double now_ms() const;
+
+  // The clock of StepRecord::work_ms: "cuda-events" (two timing events on the step's stream, read
+  // after it synchronized) where the device has a clock, else "host-clock" (steady_clock between
+  // begin_step and the synchronization that ends the step: sim runs its kernels on the CPU).
+  std::string step_clock() const { return timing_events_ ? "cuda-events" : "host-clock"; }
+  // false: finish_step downloads no gradients and parameters, only the losses (recap tradeoff's
+  // timed runs, whose size can make a step's downloads cost more than its work). Every run the
+  // oracles judge keeps the default.
+  bool record_tensors = true;
+
+ private:
+  bool timing_events_ = false;
+  device::Event work_start_{}, work_end_{};
+  device::Stream step_stream_{};
+  double work_t0_ = 0.0;
 };
 
 // A step's draws, counted: forward/recompute draws and recomputed draws whose (seed, offset)

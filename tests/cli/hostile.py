@@ -181,6 +181,29 @@ for p in paths:
     run(["report", p], f"report path {p!r}")
 for out in ("a-directory", "no/such/folder/r.html", "/dev/full"):
     run(["report", os.path.join(src, "tests", "cli", "data", "tradeoff-small.json"), "-o", out], f"report -o {out!r}")
+# ---- recap tradeoff: sweep files that are not sweeps, and its flags -----------------------------
+sweep = {"schema": "recap.tradeoff-sweep/1", "sizes": [{"name": "a", "layers": 1, "hidden": 8, "heads": 2, "seq": 4}],
+         "executor": ["eager"], "checkpoint": ["none"]}
+bad_sweeps = {
+    "sweep-deep.json": '{"schema": "recap.tradeoff-sweep/1", "sizes": ' + "[" * 50000 + "]" * 50000 + "}",
+    "sweep-huge-int.json": json.dumps(dict(sweep, sizes=[dict(sweep["sizes"][0], layers=10 ** 30)])),
+    "sweep-float-layers.json": json.dumps(dict(sweep, sizes=[dict(sweep["sizes"][0], layers=1.5)])),
+    "sweep-nan-dropout.json": json.dumps(dict(sweep, sizes=[dict(sweep["sizes"][0], dropout="nan")])),
+    "sweep-big-dropout.json": json.dumps(dict(sweep, sizes=[dict(sweep["sizes"][0], dropout=1e400)])).replace("Infinity", "1e400"),
+    "sweep-name-newline.json": json.dumps(dict(sweep, sizes=[dict(sweep["sizes"][0], name="a\nb")])),
+    "sweep-two-names.json": json.dumps(dict(sweep, sizes=[sweep["sizes"][0], sweep["sizes"][0]])),
+    "sweep-modules-empty.json": json.dumps(dict(sweep, selective_modules=[[]])),
+    "sweep-long-key.json": json.dumps(dict(sweep, **{"k" * 100000: 1})),
+    "sweep-duplicate-key.json": '{"schema": "recap.tradeoff-sweep/1", "sizes": [], "sizes": []}',
+}
+for name, text in bad_sweeps.items():
+    run(["tradeoff", "--backend", "sim", "--sweep", write(name, text)], f"tradeoff --sweep [{name}]")
+for p in paths:
+    run(["tradeoff", "--backend", "sim", "--sweep", p], f"tradeoff --sweep path {p!r}")
+for f in (["--steps", "1e400"], ["--steps", "19"], ["--fp64-budget", "nan"], ["--fp64-budget", "-1"], ["--seed", "-1"],
+          ["--dropout", "nan"], ["--layers", "0"], ["--micro-batch", "100000"], ["--judged-replays", "0"],
+          ["--warmup", "4"], ["--dtype", "fp8"], ["--sut", "jax"], ["--name", "a b"], ["--corpus-dir", "/dev/null/x"]):
+    run(["tradeoff", "--backend", "sim"] + f, "tradeoff " + " ".join(f))
 
 # ---- flags at their edges ----------------------------------------------------------------------
 flags = [

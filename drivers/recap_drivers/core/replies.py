@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .cuda_errors import one_line
 from .observe.digest import tensor_bytes
@@ -95,3 +95,66 @@ def observation(rid: Any, rec: RunRecord, status: str, mask_frames: bool, t0: fl
     if rec.fatal:
         h["fatal"] = True
     return h, out
+
+
+# -- the measure request's replies (recap tradeoff; PROTOCOL.md, "measure") --
+
+def _memory_figures(rec: RunRecord, runner: Any, device: Any, steps: int) -> Dict[str, Optional[int]]:
+    """The measurement's bytes: torch's allocator over the timed steps, the device's use at their
+    end, the graphs' figures (section 7) when graphs were made; null on the CPU, where torch
+    reports no device memory, and where a figure does not apply."""
+    none: Dict[str, Optional[int]] = {k: None for k in ("peak_allocated", "peak_reserved", "device_used", "graph_pool",
+                                                        "capture_peak", "activations_in_graphs", "activations_eager")}
+    if runner is None or getattr(device, "type", "cpu") != "cuda":
+        return none
+    import torch
+
+    out = dict(none)
+    timed = runner.timed[-steps:] if runner.timed else []
+    if timed:
+        out["peak_allocated"] = int(max(t["peak_allocated"] for t in timed))
+        out["peak_reserved"] = int(max(t["peak_reserved"] for t in timed))
+    free, total = torch.cuda.mem_get_info(device)
+    out["device_used"] = int(total - free)
+    m = rec.memory
+    if runner.capture_ms is not None:  # graphs were made
+        out["graph_pool"] = int(m["graph_pool_bytes"])
+        out["capture_peak"] = int(m["capture_peak_bytes"] + runner.run_base)
+        out["activations_in_graphs"] = int(m["activations_in_graphs_bytes"])
+    if runner.case.executor == "eager":
+        out["activations_eager"] = int(m["activations_eager_bytes"])
+    return out
+
+
+def measurement(rid: Any, rec: RunRecord, runner: Any, steps: int, device: Any, t0: float) -> Dict[str, Any]:
+    """The reply to a measured run: the last `steps` timed steps (fewer when it failed), the
+    capture's time, the memory figures, per layer what the runner says."""
+    timed = runner.timed[-steps:] if runner is not None and runner.timed else []
+    cuda = getattr(device, "type", "cpu") == "cuda"
+    h: Dict[str, Any] = {"op": "measurement", "id": rid, "status": "ok", "reason": "",
+                         "clock": "cuda-events" if cuda else "host-clock",
+                         "step_ms": [t["ms"] for t in timed],
+                         "capture_ms": runner.capture_ms if runner is not None else None,
+                         "memory": _memory_figures(rec, runner, device, steps),
+                         "per_layer": runner.layer_figures() if runner is not None and cuda else [],
+                         "note": "" if cuda else "memory: this worker runs on the CPU, where torch reports no device memory",
+                         "failure": "", "timings": {"run_ms": (time.perf_counter() - t0) * 1e3}}
+    if rec.failure is not None:
+        f = rec.failure
+        h["status"] = "failed"
+        h["failure"] = h["reason"] = one_line(f"{f['phase']} failed: {f['message']}" +
+                                              (f" [{f['error']}]" if f["error"] and f["error"] not in f["message"] else ""))
+    if rec.fatal:
+        h["fatal"] = True
+    return h
+
+
+def measurement_skipped(rid: Any, reason: str, t0: float) -> Dict[str, Any]:
+    """A case this SUT does not run (the same reason a run request gets)."""
+    return {"op": "measurement", "id": rid, "status": "skipped", "reason": reason,
+            "timings": {"run_ms": (time.perf_counter() - t0) * 1e3}}
+
+
+def measurement_of_matmul(rid: Any, tflops: Optional[float], why: str, t0: float) -> Dict[str, Any]:
+    return {"op": "measurement", "id": rid, "status": "ok", "reason": why, "matmul_bf16_tflops": tflops,
+            "timings": {"run_ms": (time.perf_counter() - t0) * 1e3}}

@@ -84,6 +84,12 @@ class Runner:
         self.side = sut.side_stream  # one per worker: a new stream gets new cuBLAS workspaces
         self.body_activations = 0
         self.layer_names = c.layer_names()
+        # measuring (the `measure` request, recap tradeoff): no result is downloaded and each step
+        # that is neither a warmup nor a capture is timed, its work alone (timed_step)
+        self.measuring = False
+        self.timed: List[Dict[str, float]] = []  # per timed step: ms, peak_allocated, peak_reserved
+        self.capture_ms: Optional[float] = None  # how long the graphs took to make
+        self._build_t0 = 0.0
 
     # -- what a framework's runner says --
 
@@ -92,6 +98,10 @@ class Runner:
 
     def graph_resolvers(self) -> List[Callable[[Any], str]]:
         """Functions that name the layer of a graph being captured (GraphObserver)."""
+        return []
+
+    def layer_figures(self) -> List[Dict[str, Any]]:
+        """Per layer, what a measured run can say of it (the `measure` reply's per_layer): nothing here."""
         return []
 
     def run_per_layer(self) -> None:
@@ -165,7 +175,34 @@ class Runner:
                 p.add_(p.grad, alpha=-c.lr)
         return losses
 
+    def timed_step(self, work: Callable[[], List[Any]]) -> List[Any]:
+        """Runs a step's work; while measuring, timed between two CUDA events on the current stream
+        (the host clock on the CPU), with the allocator's peaks over it."""
+        if not self.measuring:
+            return work()
+        self.sync()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            losses = work()
+            end.record()
+            end.synchronize()
+            self.sync()
+            self.timed.append({"ms": float(start.elapsed_time(end)),
+                               "peak_allocated": float(torch.cuda.max_memory_allocated()),
+                               "peak_reserved": float(torch.cuda.max_memory_reserved())})
+            return losses
+        t0 = time.perf_counter()
+        losses = work()
+        self.timed.append({"ms": (time.perf_counter() - t0) * 1e3})
+        return losses
+
     def finish(self, step: int, phase: str, losses: List[Any], t0: float, graph_keys: bool) -> StepRecord:
+        if self.measuring:  # nothing is judged: no download (at a large size it costs more than the step)
+            self.sync()
+            return StepRecord(step, phase, [], [], (time.perf_counter() - t0) * 1e3, [], [], [], self.graphs.take_replays())
         self.sync()
         # recap stores a loss as fp32 (accumulated in double): report the double rounded to fp32
         vals = [to_f32(float(l.item())) if l is not None else float("nan") for l in losses]
@@ -191,6 +228,8 @@ class Runner:
             with torch.cuda.stream(self.side):
                 losses = self.body(self.call_eager)
             torch.cuda.current_stream().wait_stream(self.side)
+        elif phase == "eager":  # the eager executor's steps (a warmup is not timed)
+            losses = self.timed_step(lambda: self.body(self.call_eager))
         else:
             losses = self.body(self.call_eager)
         rec = self.finish(step, phase, losses, t0, graph_keys=False)
@@ -209,7 +248,7 @@ class Runner:
         if self.cuda:
             self.sync()
             torch.cuda.reset_peak_memory_stats()
-        losses = self.replay_losses()
+        losses = self.timed_step(self.replay_losses)
         rec = self.finish(step, "replay", losses, t0, graph_keys=self.replay_graph_keys)
         if self.cuda:
             m = self.record.memory
@@ -224,6 +263,7 @@ class Runner:
         self.sync()
         gc.collect()
         torch.cuda.reset_peak_memory_stats()
+        self._build_t0 = time.perf_counter()
         self.pos.set(phase="capture", step=step, pass_="", layer="", microbatch=-1)
         self.obs.mode = "build"
 
@@ -235,6 +275,7 @@ class Runner:
     def capture_memory(self, activations: int) -> None:
         """The memory figures of the graphs just made: the capture's peak above the run's base,
         the activations the graphs hold, the bytes of the graph pools."""
+        self.capture_ms = (time.perf_counter() - self._build_t0) * 1e3
         m = self.record.memory
         m["capture_peak_bytes"] = int(max(0, torch.cuda.max_memory_allocated() - self.run_base))
         m["activations_in_graphs_bytes"] = int(activations)

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA initializes
 
@@ -55,6 +55,34 @@ def setup_determinism() -> None:
         pass
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+def synthetic_run_data(c: case_mod.Case, device: torch.device) -> RunData:
+    """A measure request's data, made here rather than sent (at a large size every step's input
+    frames would be gigabytes): parameters scaled as a framework initializes them (matrices
+    N(0, 1/fan_in), norm weights 1, biases 0) and one input and target per microbatch in [-1, 1),
+    every step training on the same, from the case's seeds. Step times do not depend on values."""
+    g = torch.Generator()
+    g.manual_seed(c.seed_param)
+    params: Dict[str, torch.Tensor] = {}
+    for p in case_mod.param_infos(c):
+        if len(p.shape) >= 2:
+            params[p.name] = torch.randn(p.shape, generator=g) / float(p.shape[-1]) ** 0.5
+        elif p.name.endswith("bias"):
+            params[p.name] = torch.zeros(p.shape)
+        else:
+            params[p.name] = torch.ones(p.shape)
+    g.manual_seed(c.seed_data)
+    shape = (c.tokens, c.hidden)
+    inputs: Dict[Tuple[int, int], torch.Tensor] = {}
+    targets: Dict[Tuple[int, int], torch.Tensor] = {}
+    for m in range(c.microbatches):
+        x = (torch.rand(shape, generator=g) * 2 - 1).to(device)
+        t = (torch.rand(shape, generator=g) * 2 - 1).to(device)
+        for s in range(c.steps):
+            inputs[(s, m)] = x
+            targets[(s, m)] = t
+    return RunData(params, inputs, targets)
 
 
 def default_order(c: case_mod.Case) -> List[int]:
@@ -115,8 +143,14 @@ class SUT:
         return str(torch.__version__)
 
     def hello(self) -> Dict[str, Any]:
+        # "ops": the requests served beyond hello, run and shutdown (a client checks before it asks)
         return {"sut": self.name, "version": self.sut_version(), "device": self.device_name(),
-                "capabilities": self.capabilities()}
+                "capabilities": self.capabilities(), "ops": ["measure"]}
+
+    def measured_case(self, c: case_mod.Case) -> case_mod.Case:
+        """The case a measure request runs so that c.replays steps are timed (a framework whose
+        capture step also trains adds one)."""
+        return c
 
     # -- the device --
 
@@ -183,6 +217,74 @@ class SUT:
         except SkipCase as e:
             return replies.skipped(rid, names, str(e), (time.perf_counter() - t0) * 1e3)
         return replies.observation(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
+
+    # -- a measure request (recap tradeoff) --
+
+    def measure(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """The `measure` request (PROTOCOL.md): a case's timed steps and memory figures, or the
+        device's bf16 matmul rate. Nothing is judged; the case's data is made here."""
+        rid = request.get("id")
+        what = request.get("what", "case")
+        t0 = time.perf_counter()
+        if what == "matmul-bf16":
+            rate, why = self.matmul_bf16_tflops()
+            return replies.measurement_of_matmul(rid, rate, why, t0)
+        if what != "case":
+            raise RequestError(f"measure: unknown 'what' {what!r} (case, matmul-bf16)")
+        if "case" not in request:
+            raise RequestError("measure: missing 'case'")
+        try:
+            c = case_mod.parse_case(request["case"], extension_styles=case_mod.EXTENSION_STYLES)
+        except case_mod.CaseError as e:
+            raise RequestError(f"case: {e}") from None
+        reason = self.why_skipped(c)
+        if reason:
+            return replies.measurement_skipped(rid, reason, t0)
+        run_case = self.measured_case(c)
+        runner = None
+        try:
+            try:
+                runner = self.make_runner(run_case, synthetic_run_data(run_case, self.device))
+            except BuildFailure as e:
+                rec = build_failure_record(run_case, e)
+                return replies.measurement(rid, rec, None, c.replays, self.device, t0)
+            except SkipCase as e:
+                return replies.measurement_skipped(rid, str(e), t0)
+            runner.measuring = True
+            runner.obs.record = False
+            rec = runner.run()
+            return replies.measurement(rid, rec, runner, c.replays, self.device, t0)
+        finally:
+            del runner
+            self.between_cases()
+            self.after_case(c)
+
+    def matmul_bf16_tflops(self) -> Tuple[Optional[float], str]:
+        """A bf16 GEMM of 8192 x 8192 x 8192 timed by CUDA events over 10 launches after 3: the
+        device's rate in TFLOP/s; (None, why) on the CPU."""
+        if self.device.type != "cuda":
+            return None, f"no GPU: this worker runs on {self.device_name()}"
+        n = 8192
+        g = torch.Generator(device=self.device)
+        g.manual_seed(0)
+        a = torch.randn((n, n), generator=g, device=self.device, dtype=torch.bfloat16)
+        b = torch.randn((n, n), generator=g, device=self.device, dtype=torch.bfloat16)
+        out = torch.empty((n, n), device=self.device, dtype=torch.bfloat16)
+        for _ in range(3):
+            torch.mm(a, b, out=out)
+        torch.cuda.synchronize(self.device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        iters = 10
+        start.record()
+        for _ in range(iters):
+            torch.mm(a, b, out=out)
+        end.record()
+        end.synchronize()
+        ms = float(start.elapsed_time(end))
+        del a, b, out
+        torch.cuda.empty_cache()
+        return 2.0 * n * n * n * iters / (ms * 1e-3) / 1e12, ""
 
     def execute(self, c: case_mod.Case, data: RunData) -> RunRecord:
         runner = None

@@ -97,7 +97,30 @@ def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log: Tex
                 print("recap worker: exiting after a fatal device error", file=log)
                 return 3
             continue
-        write_message(out, error_message(f"unknown op '{op}' (hello, run, shutdown)", rid))
+        if op == "measure":  # recap tradeoff (PROTOCOL.md, "measure")
+            if s is None:
+                write_message(out, error_message(sut_error or "no SUT", rid))
+                continue
+            if rid is None or isinstance(rid, bool) or not isinstance(rid, int):
+                write_message(out, error_message("measure: 'id' must be an integer", rid))
+                continue
+            try:
+                reply = s.measure(header)
+            except REFUSALS as e:
+                write_message(out, error_message(str(e), rid))
+                continue
+            except Exception as e:  # a driver bug: answer and keep serving
+                traceback.print_exc(file=log)
+                write_message(out, error_message(f"internal error: {type(e).__name__}: {e}", rid))
+                continue
+            if getattr(s, "retire", False):
+                reply["retire"] = True
+            write_message(out, reply)
+            if reply.get("fatal"):
+                print("recap worker: exiting after a fatal device error", file=log)
+                return 3
+            continue
+        write_message(out, error_message(f"unknown op '{op}' (hello, run, measure, shutdown)", rid))
 
 
 def same_version(have: str, expected: str) -> bool:

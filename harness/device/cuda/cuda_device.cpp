@@ -191,6 +191,25 @@ class CudaDevice final : public Device {
     return Status::Success;
   }
 
+  Status timing_event_create(Event* out) override {
+    if (out == nullptr) return refuse(Status::InvalidValue);
+    cudaEvent_t ce = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ce, cudaEventDefault);  // timing on
+    if (e != cudaSuccess) return to_status(e);
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t id = next_event_id_++;
+    events_[id] = ce;
+    *out = Event{id};
+    return Status::Success;
+  }
+
+  Status event_elapsed_ms(Event start, Event end, float* ms) override {
+    cudaEvent_t a = nullptr, b = nullptr;
+    if (ms == nullptr) return refuse(Status::InvalidValue);
+    if (!find_event(start, &a) || !find_event(end, &b)) return refuse(Status::InvalidResourceHandle);
+    return to_status(cudaEventElapsedTime(ms, a, b));
+  }
+
   Status event_destroy(Event ev) override {
     cudaEvent_t ce = nullptr;
     if (!find_event(ev, &ce)) return refuse(Status::InvalidResourceHandle);

@@ -176,6 +176,10 @@ class MaskObserver(TorchDispatchMode):
         self._global = 0  # pushed for the whole run (megatron, captures)
         self._scoped = 0  # pushed by an open site
         self.started = False
+        # False while a run is measured (recap tradeoff, the `measure` request): no mask is copied
+        # and the mode is pushed only while graphs are built (for the bytes their captures keep),
+        # so the timed steps run the framework's code alone
+        self.record = True
         self.buffers: Dict[DrawKey, torch.Tensor] = {}
         # key -> the checkpointed flag of each draw, by index: this step's draws; the draws
         # captured into graphs (reported in every replay step, flags as at capture)
@@ -193,7 +197,7 @@ class MaskObserver(TorchDispatchMode):
     # site_resolver: megatron); else only inside the sites that the layers open.
 
     def _want_global(self) -> bool:
-        return self.started and (self._mode == "build" or self.site_resolver is not None)
+        return self.started and (self._mode == "build" or (self.site_resolver is not None and self.record))
 
     def _sync_global(self) -> None:
         want = self._want_global()
@@ -205,7 +209,7 @@ class MaskObserver(TorchDispatchMode):
             self._global = 0
 
     def _push_scoped(self) -> bool:
-        if not self.started or self._global or self._scoped:
+        if not self.started or not self.record or self._global or self._scoped:
             return False
         self.__enter__()
         self._scoped = 1
@@ -322,7 +326,7 @@ class MaskObserver(TorchDispatchMode):
                     self.hidden_bytes += kept
         else:
             out = func(*args, **(kwargs or {}))
-        if func is native_dropout or func in bernoulli_ops:
+        if self.record and (func is native_dropout or func in bernoulli_ops):
             where = self.sites[-1] if self.sites else (self.site_resolver() if self.site_resolver is not None else None)
             if where is not None:
                 self._record(out[1] if func is native_dropout else out, where)

@@ -41,6 +41,17 @@ class TorchRunner(Runner):
     def graph_resolvers(self) -> List[Callable[[Any], str]]:
         return [mgc_label]
 
+    def layer_figures(self) -> List[Dict[str, Any]]:
+        """Per-layer graphs: the bytes each layer's captured forward keeps for its backward (the
+        largest over microbatches), as activations_in_graphs sums them (PROTOCOL.md section 7)."""
+        if not self.graph_fwd_bytes:
+            return []
+        out = []
+        for l in range(len(self.case.layers)):
+            kept = [v for (layer, _), v in self.graph_fwd_bytes.items() if layer == l]
+            out.append({"layer": l, "activations_in_graphs": max(kept) if kept else None})
+        return out
+
     def call_replay(self, l: int, m: int, x: torch.Tensor) -> torch.Tensor:
         fn = self.graphed_fns.get((l, m))
         if fn is None:

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""tradeoff.py CHECK RECAP SRCDIR WORKDIR: the checks of `recap tradeoff` (tests/cli/CMakeLists.txt).
+
+  sim          the sweep tests/cli/data/tradeoff-sweep-sim.json on recap's runtime (sim): a report
+               valid against reports/schema/recap.tradeoff.schema.json with one entry per
+               configuration of the sweep (names derived here, independently of recap), every
+               verdict from the oracles with every property's check listed, step times of
+               exactly --steps samples, and the memory figures recap's runtime must give from its
+               exact ledger: graph-safe recompute keeps fewer activation bytes inside per-layer
+               graphs than no checkpointing, skip (PR #3919) keeps exactly as many and says so as
+               a finding, full-iteration graphs set no phase flag so skip and graph-safe keep the
+               same; saved bytes and overhead are against the same executor without checkpoints.
+  fault        a planted fault (--fault rng-offset-baked): the graphed configurations are not
+               passed, carry their finding (bucket, corpus file that replays it), exit 1; with a
+               --known-findings file that names the bucket the finding carries its id and exit 0.
+  torch_cpu    --sut torch on the CPU (the drivers' venv): eager configurations measured with the
+               host clock and no memory figures (null, said in a note), graphed ones skipped with
+               the reason the worker's hello gives; schema-valid.
+No timing is asserted: only that times exist and are ordered (p10 <= median <= p90).
+Exit 0 pass, 1 fail, 77 skipped (no jsonschema; torch_cpu: no torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+CHECK, RECAP, SRC, WORK = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), os.path.abspath(sys.argv[4])
+DATA = os.path.join(SRC, "tests", "cli", "data")
+SCHEMA = os.path.join(SRC, "reports", "schema", "recap.tradeoff.schema.json")
+PROPERTIES = ["capture_clean", "eager_vs_graphed", "recompute_on_off", "rng_ledger", "memory", "reference", "training",
+              "hygiene"]
+STEPS = 20
+
+try:
+    import jsonschema
+except ImportError:
+    print("no jsonschema for " + sys.executable + ": skipped")
+    sys.exit(77)
+
+os.makedirs(WORK, exist_ok=True)
+os.chdir(WORK)
+
+
+def fail(msg: str) -> None:
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        fail(msg)
+
+
+def tradeoff(*args: str, env=None):
+    p = subprocess.run([RECAP, "tradeoff", *args], capture_output=True, text=True, env=env)
+    print(p.stdout[-6000:])
+    print(p.stderr[-3000:], file=sys.stderr)
+    return p
+
+
+def load_valid(path: str) -> dict:
+    with open(SCHEMA) as f:
+        schema = json.load(f)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    with open(path) as f:
+        report = json.load(f)
+    jsonschema.validate(report, schema, cls=jsonschema.Draft202012Validator)
+    print("report validates:", path)
+    return report
+
+
+def expected_names(sweep: dict, styles, policies, generators, tracker=False) -> list:
+    """The configuration names of a sweep, by the rule docs/DESIGN.md gives (section 8)."""
+    names = []
+    for ck in sweep.get("checkpoint", ["none", "selective", "full"]):
+        sets = [[]] if ck != "selective" else sweep.get("selective_modules", [["attn_core"]])
+        for mods in sets:
+            for ex in sweep.get("executor", ["eager", "per-layer", "full-iteration"]):
+                label = ck + ("(" + "+".join(mods) + ")" if mods else "") + "/" + ex
+                for st in (styles[:1] if ck == "none" else styles):
+                    for po in (policies[:1] if ck == "none" else policies):
+                        for g in generators:
+                            n = label + ("" if ck == "none" else "/" + st + "/" + po)
+                            names.append(n + "/" + g)
+    return names
+
+
+def configs_by_name(report: dict, size: int = 0) -> dict:
+    return {c["name"]: c for c in report["sizes"][size]["configurations"]}
+
+
+def common_checks(report: dict, sweep: dict) -> None:
+    size = report["sizes"][0]
+    want = sweep["sizes"][0]
+    for k in ("name", "layers", "hidden", "heads", "seq", "microbatches"):
+        check(size[k] == want[k], f"size {k}: {size[k]} != {want[k]}")
+    check(size["flops_per_step"] > 0, "flops_per_step")
+    check(report["context"]["timing"]["measured_steps"] == STEPS, "measured_steps")
+    for c in size["configurations"]:
+        if c["verdict"] == "skipped":
+            check(c.get("reason"), f"{c['name']}: skipped without a reason")
+            check(c["step_ms"] is None, f"{c['name']}: skipped but timed")
+            continue
+        names = [k["property"] for k in c["checks"]]
+        check(names == PROPERTIES, f"{c['name']}: checks {names}, expected every property in order")
+        for k in c["checks"]:
+            check(k["disposition"] != "skipped" or k.get("reason"), f"{c['name']}: {k['property']} skipped without a reason")
+            check(k["disposition"] != "passed" or k.get("evidence"), f"{c['name']}: {k['property']} passed without evidence")
+        if c["verdict"] in ("passed", "incorrect"):
+            t = c["step_ms"]
+            check(t is not None and len(t["samples"]) == STEPS, f"{c['name']}: {STEPS} timed steps expected, got {t}")
+            check(t["p10"] <= t["median"] <= t["p90"], f"{c['name']}: p10 <= median <= p90")
+            check(c["tflops"] is not None and c["tflops"] > 0, f"{c['name']}: tflops")
+        if c["verdict"] != "passed":
+            check(c.get("reason"), f"{c['name']}: {c['verdict']} without a reason")
+            check(c["findings"], f"{c['name']}: {c['verdict']} without a finding")
+
+
+def run_sim() -> None:
+    sweep_path = os.path.join(DATA, "tradeoff-sweep-sim.json")
+    sweep = json.load(open(sweep_path))
+    p = tradeoff("--sut", "recap", "--backend", "sim", "--sweep", sweep_path, "--report", "r.json", "--corpus-dir", "found")
+    # skip, as Megatron's after PR #3919, checkpoints as naive outside the graph phases: with the
+    # graph-safe generator its saved RNG states are live handles, and the recompute draws other masks
+    # (docs/recompute-and-rng.md, class 3): every skip configuration fails, the others pass
+    check(p.returncode == 1, f"exit {p.returncode}, expected 1 (skip's configurations fail)")
+    r = load_valid("r.json")
+    check(r["context"]["sut"]["name"] == "recap" and r["context"]["backend"] == "sim", "context names recap on sim")
+    check(r["context"]["timing"]["clock"].startswith("host-clock"), "sim is timed by the host clock, and says so")
+    check(r["context"]["matmul_bf16_tflops"] is None and r["context"].get("matmul_note"), "no matmul rate on sim, with why")
+    names = expected_names(sweep, ["reentrant"], sweep["policy"], ["graph-safe"])
+    got = [c["name"] for c in r["sizes"][0]["configurations"]]
+    check(got == names, f"configurations {got}\nexpected {names}")
+    common_checks(r, sweep)
+    c = configs_by_name(r)
+    for n, cfg in c.items():
+        if cfg["choice"].get("recompute") == "skip":
+            f = cfg["findings"][0]
+            check(cfg["verdict"] == "incorrect" and f["bucket"].split("/")[0] in ("recompute_on_off", "eager_vs_graphed"),
+                  f"{n}: skip with live RNG handles: {cfg['verdict']} {cfg['findings']}")
+            check(os.path.isfile(f["corpus_file"]) and "id" not in f, f"{n}: corpus file {f}")
+        else:
+            check(cfg["verdict"] == "passed", f"{n}: {cfg['verdict']} ({cfg.get('reason')})")
+        check(cfg["matmul_share"] is None, f"{n}: matmul_share without a matmul rate")
+        mem = cfg["memory"]
+        check(mem["peak_allocated"] > 0 and mem["peak_reserved"] >= mem["peak_allocated"], f"{n}: peaks {mem}")
+        check(mem["device_used"] > 0, f"{n}: device_used")
+        if cfg["executor"] == "eager":
+            for k in ("graph_pool", "capture_peak", "activations_in_graphs"):
+                check(mem[k] is None, f"{n}: {k} of an eager run must be null")
+            check(cfg["capture_ms"] is None, f"{n}: capture_ms of an eager run")
+        else:
+            check(mem["graph_pool"] > 0 and mem["activations_in_graphs"] > 0, f"{n}: graph figures {mem}")
+            check(cfg["capture_ms"] is not None and cfg["capture_ms"] >= 0, f"{n}: capture_ms")
+        if cfg["checkpoint"] == "none":
+            check(mem["saved_by_recompute"] is None and cfg["recompute_overhead"] is None, f"{n}: a baseline has no saving")
+        else:
+            check(mem["saved_by_recompute"] is not None and cfg["recompute_overhead"] is not None,
+                  f"{n}: saved bytes and overhead against its baseline")
+            check(cfg["baseline"] == f"none/{cfg['executor']}/graph-safe", f"{n}: baseline {cfg.get('baseline')}")
+    none_pl = c["none/per-layer/graph-safe"]["memory"]["activations_in_graphs"]
+    for ck in ("full", "selective(attn_core)"):
+        gs = c[f"{ck}/per-layer/reentrant/graph-safe/graph-safe"]
+        skip = c[f"{ck}/per-layer/reentrant/skip/graph-safe"]
+        kept_gs, kept_skip = gs["memory"]["activations_in_graphs"], skip["memory"]["activations_in_graphs"]
+        # recap's ledger: graph-safe recompute frees inside the graphs, PR #3919's skip keeps everything
+        check(kept_gs < none_pl, f"{ck}: graph-safe keeps {kept_gs} B inside per-layer graphs, not fewer than none's {none_pl}")
+        check(gs["memory"]["saved_by_recompute"] == none_pl - kept_gs, f"{ck}: graph-safe saved bytes")
+        check(kept_skip == none_pl, f"{ck}: skip keeps {kept_skip} B inside per-layer graphs, none keeps {none_pl}")
+        check(skip["memory"]["saved_by_recompute"] == 0, f"{ck}: skip saves nothing")
+        lost = [f for f in skip["findings"] if f["bucket"] == "memory/incorrect///" and "corpus_file" not in f]
+        check(lost and "recompute lost inside graphs" in lost[0]["reason"], f"{ck}: skip's lost saving as a finding: {skip['findings']}")
+        check(not gs["findings"] and gs["verdict"] == "passed", f"{ck}: graph-safe has findings {gs['findings']}")
+        # per layer: each graphed layer's forward graph keeps less under graph-safe than without checkpoints
+        layers = gs["per_layer"]
+        base_layers = c["none/per-layer/graph-safe"]["per_layer"]
+        check(len(layers) == sweep["sizes"][0]["layers"] == len(base_layers), f"{ck}: per_layer {layers}")
+        for a, b in zip(layers, base_layers):
+            check(a["activations_in_graphs"] < b["activations_in_graphs"], f"{ck}: layer {a['layer']}: {a} vs {b}")
+        # one graph of the whole step sets no phase flag (as Megatron's): skip recomputes there too,
+        # keeping what graph-safe keeps but graph-safe's 16-byte RNG pair per checkpoint in flight
+        fi_gs = c[f"{ck}/full-iteration/reentrant/graph-safe/graph-safe"]["memory"]["activations_in_graphs"]
+        fi_skip = c[f"{ck}/full-iteration/reentrant/skip/graph-safe"]["memory"]["activations_in_graphs"]
+        pairs = 16 * sweep["sizes"][0]["layers"]  # one checkpoint per layer, one microbatch in flight
+        check(fi_gs - fi_skip == pairs, f"{ck}: full-iteration graph-safe {fi_gs} B vs skip {fi_skip} B (+{pairs} B of pairs)")
+        fi_none = c["none/full-iteration/graph-safe"]["memory"]["activations_in_graphs"]
+        check(fi_gs < fi_none, f"{ck}: full-iteration graph-safe {fi_gs} B vs none {fi_none} B")
+    # eager: recompute frees the checkpointed activations of every layer between forward and backward
+    eager_none = c["none/eager/graph-safe"]
+    eager_full = c["full/eager/reentrant/graph-safe/graph-safe"]
+    check(eager_full["memory"]["saved_by_recompute"] > 0, "full checkpointing saves activations eagerly")
+    check(eager_full["memory"]["activations_eager"] < eager_none["memory"]["activations_eager"], "eager activations")
+    # the table on the terminal: a row per configuration
+    for n in names:
+        check(n in p.stdout, f"the table has no row {n}")
+    written = sorted(os.listdir("found"))
+    want = sorted(os.path.basename(cfg["findings"][0]["corpus_file"]) for cfg in c.values() if cfg["verdict"] != "passed")
+    check(written == want, f"corpus files {written}, expected one per failing configuration {want}")
+    rp = subprocess.run([RECAP, "replay", os.path.join("found", written[0])], capture_output=True, text=True)
+    check(rp.returncode == 0, f"recap replay {written[0]}: exit {rp.returncode}\n{rp.stdout[-2000:]}")
+    print(f"ok: {len(names)} configurations")
+
+
+def run_fault() -> None:
+    sweep_path = os.path.join(DATA, "tradeoff-sweep-fault.json")
+    sweep = json.load(open(sweep_path))
+    p = tradeoff("--backend", "sim", "--sweep", sweep_path, "--fault", "rng-offset-baked", "--report", "f.json",
+                 "--corpus-dir", "found")
+    check(p.returncode == 1, f"exit {p.returncode}, expected 1 (a new failure)")
+    r = load_valid("f.json")
+    common_checks(r, sweep)
+    c = configs_by_name(r)
+    check(r["context"]["faults"] == ["rng-offset-baked"], "the report names the fault")
+    bad = [n for n, cfg in c.items() if cfg["verdict"] != "passed"]
+    check(bad, "the fault makes no configuration fail")
+    for n in bad:
+        f = c[n]["findings"][0]
+        check(f["bucket"].count("/") == 4 and not f.get("id"), f"{n}: finding {f}")
+        check(os.path.isfile(f["corpus_file"]), f"{n}: corpus file {f.get('corpus_file')}")
+        case = json.load(open(f["corpus_file"]))
+        check(case["faults"] == ["rng-offset-baked"] and case["expected"]["disposition"] == c[n]["verdict"],
+              f"{n}: the corpus file carries the fault and the verdict")
+        rp = subprocess.run([RECAP, "replay", f["corpus_file"]], capture_output=True, text=True)
+        check(rp.returncode == 0, f"{n}: recap replay {f['corpus_file']}: exit {rp.returncode}\n{rp.stdout[-2000:]}")
+        check(c[n]["reason"].split(":")[0] == f["bucket"].split("/")[0], f"{n}: reason {c[n]['reason']} vs bucket")
+    # the same failures, known: accepted by bucket and configuration, shown with the finding's id
+    buckets = sorted({c[n]["findings"][0]["bucket"] for n in bad})
+    known = {"schema": "recap.known-findings/1", "sut": {"name": "recap", "version": "0.1.0"},
+             "description": "tests/cli/tradeoff.py: the planted fault's buckets",
+             "findings": [{"id": "T1", "summary": "rng-offset-baked inside per-layer graphs", "buckets": buckets,
+                           "when": {"executor": ["per-layer"]}}]}
+    with open("known.json", "w") as f:
+        json.dump(known, f)
+    p = tradeoff("--backend", "sim", "--sweep", sweep_path, "--fault", "rng-offset-baked", "--report", "k.json",
+                 "--corpus-dir", "found2", "--known-findings", "known.json")
+    check(p.returncode == 0, f"with --known-findings: exit {p.returncode}, expected 0")
+    k = configs_by_name(load_valid("k.json"))
+    for n in bad:
+        f = k[n]["findings"][0]
+        check(k[n]["verdict"] == c[n]["verdict"] and f.get("id") == "T1" and "corpus_file" not in f, f"{n}: known finding {f}")
+    check(not os.path.exists("found2") or not os.listdir("found2"), "a known finding writes no corpus file")
+    print(f"ok: {len(bad)} configurations failed with their finding")
+
+
+def run_torch_cpu() -> None:
+    py = os.environ.get("RECAP_PYTHON", "python3")
+    if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode != 0:
+        if os.environ.get("RECAP_REQUIRE_TORCH"):
+            fail(f"RECAP_REQUIRE_TORCH is set but {py} cannot import torch")
+        print(f"no torch for {py}: skipped")
+        sys.exit(77)
+    sweep_path = os.path.join(DATA, "tradeoff-sweep-cpu.json")
+    sweep = json.load(open(sweep_path))
+    p = tradeoff("--sut", "torch", "--backend", "sim", "--sweep", sweep_path, "--report", "t.json", "--corpus-dir", "found")
+    check(p.returncode in (0, 1), f"exit {p.returncode}")
+    r = load_valid("t.json")
+    check(r["context"]["sut"]["name"] == "torch" and r["context"]["sut"]["device"] == "cpu", "context names torch on cpu")
+    check(r["context"]["timing"]["clock"].startswith("host-clock"), "the CPU is timed by the host clock, and says so")
+    check(r["context"]["matmul_bf16_tflops"] is None, "no matmul rate on the CPU")
+    names = expected_names(sweep, ["reentrant", "non-reentrant"], ["naive"], ["graph-safe"])
+    got = [c["name"] for c in r["sizes"][0]["configurations"]]
+    check(got == names, f"configurations {got}\nexpected {names}")
+    common_checks(r, sweep)
+    for n, cfg in configs_by_name(r).items():
+        if cfg["executor"] == "per-layer":
+            check(cfg["verdict"] == "skipped" and "executor per-layer" in cfg["reason"], f"{n}: {cfg['verdict']} {cfg.get('reason')}")
+            continue
+        check(cfg["verdict"] == "passed", f"{n}: {cfg['verdict']} ({cfg.get('reason')})")
+        check(all(v is None for v in cfg["memory"].values()), f"{n}: memory on the CPU must be null: {cfg['memory']}")
+        check("CPU" in cfg.get("note", ""), f"{n}: the note says why memory is null")
+    print(f"ok: {len(names)} configurations on torch (CPU)")
+
+
+{"sim": run_sim, "fault": run_fault, "torch_cpu": run_torch_cpu}[CHECK]()
