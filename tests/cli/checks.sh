@@ -918,7 +918,11 @@ s = json.load(open(sys.argv[1]))["summary"]
 b = [f["bucket"] for f in s["failures"]]
 props = {x.split("/")[0] for x in b}
 assert "eager_vs_graphed" in props and "hygiene" in props and props & {"recompute_on_off", "rng_ledger"}, b
-for f in s["failures"]:
+# A bucket that did not fail again when its case ran alone is flaky and has no file: here the
+# memory model's, in cases after one whose failed capture leaked its phase flag (hygiene's bucket).
+written = [f for f in s["failures"] if not f.get("flaky")]
+assert {f["bucket"].split("/")[0] for f in written} >= {"eager_vs_graphed", "hygiene"}, b
+for f in written:
     c = json.load(open(f["corpus_file"]))
     assert sorted(c["faults"]) == ["phase-flag-leak", "rng-snapshot-is-handle", "static-input-stale"], c.get("faults")
 print(len(b), "buckets:", ", ".join(b))

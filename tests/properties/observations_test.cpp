@@ -262,9 +262,10 @@ TEST(Observations, MaskFramesAreNamedByTheirDrawIndex) {
 // graph that peak includes the backward's recompute, so equal peaks say nothing: not judged there
 // (results/h200/2026-12-02-issue20: five such cases of megatron 0.19.2 were this artifact).
 TEST(Observations, EqualPeaksInOneFullIterationGraphAreNotALostRecompute) {
-  auto same_peak = [](const CaseSpec&) {
+  auto same_peak = [](const CaseSpec& s) {
     Observation o;
     o.activations_in_graphs = 1088;  // the case and its no-checkpoint twin alike
+    if (s.policy == CheckpointPolicy::GraphSafe) o.status = "skipped";  // megatron-core runs only skip
     return o;
   };
   CaseReport full = judge(framework_case(ExecutorKind::FullIteration), same_peak, {"memory"});
@@ -273,7 +274,7 @@ TEST(Observations, EqualPeaksInOneFullIterationGraphAreNotALostRecompute) {
   // Non-vacuity: per-layer graphs with the same figures have lost the saving (a finding, M3).
   CaseReport per_layer = judge(framework_case(ExecutorKind::PerLayer), same_peak, {"memory"});
   EXPECT_EQ(check(per_layer, "memory").disposition, Disposition::Passed) << check(per_layer, "memory").reason;
-  EXPECT_FALSE(per_layer.findings.empty());
+  ASSERT_FALSE(per_layer.findings.empty());
   EXPECT_NE(per_layer.findings[0].find("recompute lost inside graphs (skip)"), std::string::npos) << per_layer.findings[0];
 }
 
