@@ -901,13 +901,17 @@ int tradeoff(const TradeoffArgs& a) {
 }  // namespace
 
 void add_tradeoff_command(CLI::App& app, Runner* runner) {
-  auto [cmd, a] = add_command<TradeoffArgs>(
+  // Not a structured binding: lambdas below capture cmd and a, which clang 14 (the sanitize
+  // preset) refuses for bindings.
+  auto added = add_command<TradeoffArgs>(
       app, runner, tradeoff, "tradeoff",
       "The memory/speed trade-off of checkpointing configurations (none, selective, full) x executors (eager, per-layer "
       "graphs, full-iteration graph) x the system's own choices, on a GPT-like stack: step times (median, p10, p90 of "
       "the timed steps), capture time, peak memory, graph pools, activations kept inside graphs and saved by recompute, "
       "TFLOP/s, each configuration with the oracles' verdict and findings. Writes recap.tradeoff/1 (--report) and a "
       "table. Exit 0 no configuration failed outside --known-findings, 1 one did, 2 bad usage or input.");
+  CLI::App* cmd = added.cmd;
+  TradeoffArgs* a = added.args;
   add_backend_option(*cmd, &a->backend);
   add_sut_options(*cmd, &a->sut);
   cmd->add_option("--sweep", a->sweep_file,

@@ -13,9 +13,9 @@ set -u
 t0=$(date +%s)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 RECAP_WORKER_RETIRE_MIB=192
 export RECAP_BIN=$PWD/.device/slim/harness/cli/recap
-B=${BUDGET:-330} L=${LIMIT:-400} J=${JOBS:-4} N=${CASES:-500}
+B=${BUDGET:-270} L=${LIMIT:-330} J=${JOBS:-4} N=${CASES:-500}
 { nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__)'; echo "commit ${RECAP_GIT_COMMIT:-?}"; nproc; } > "$o/machine.txt" 2>&1
-common=(SHRINK_LIMIT=12 CHUNK_CASES=25 REPLAY_DEADLINE=$(( t0 + 470 )))
+common=(SHRINK_LIMIT=12 CHUNK_CASES=25 REPLAY_DEADLINE=$(( t0 + 400 )))
 for v in ${VERSIONS:-0.16.1 0.17.1 0.18.2 main}; do
   n=megatron-$v${SUFFIX:-}; u=${n//[.-]/_}
   known=corpus/known-findings/megatron-$v.json  # its own file once triaged, else the one before it
@@ -35,7 +35,7 @@ if [ "${CROSS_REPLAY:-1}" = 1 ] && [ -z "${SUFFIX:-}" ]; then
       else s=megatron@$v py="/tmp/recap-site-$v:$PWD/drivers"
         while [ ! -d /tmp/recap-site-$v/megatron ] && [ "$(date +%s)" -lt $(( t0 + 300 )) ]; do sleep 2; done; sleep 5  # the campaign installs it
       fi
-      timeout $(( t0 + 470 - $(date +%s) )) "$RECAP_BIN" replay corpus/frameworks/megatron-0.15.3/*.json \
+      timeout $(( t0 + 400 - $(date +%s) )) "$RECAP_BIN" replay corpus/frameworks/megatron-0.15.3/*.json \
         corpus/frameworks/megatron-0.19.2/*.json --sut "$s" --backend cuda --require-memory-savings --case-timeout 120 \
         --worker-env "PYTHONPATH=$py" --report "$o/cross-replay-$v.json" > "$o/cross-replay-$v.log" 2>&1
       echo "cross replay on $v: exit $?; $(tail -n 1 "$o/cross-replay-$v.log")" >> "$o/cross-summary.txt"
