@@ -917,7 +917,8 @@ void add_tradeoff_command(CLI::App& app, Runner* runner) {
   cmd->add_option("--sweep", a->sweep_file,
                   "A sweep file (JSON, schema recap.tradeoff-sweep/1): the sizes, and optionally the checkpointing, "
                   "selective modules, executors, styles, policies and generators to run (docs/DESIGN.md, \"Trade-off "
-                  "reports\"); without it one size from the size flags");
+                  "reports\"); without it one size from the size flags")
+      ->check([](const std::string& path) { return path.empty() ? std::string("an empty path names no sweep file") : ""; });
   cmd->add_option("--report", a->report, "Write the trade-off report (JSON, schema recap.tradeoff/1)");
   auto size_flag = [&](const char* flag, int* v, const char* help, int lo, int hi) {
     cmd->add_option(flag, *v, help)
