@@ -384,14 +384,8 @@ void comparison_section(Page* p, const std::vector<LoadedReport>& reports, const
        "from a configuration that did not pass is marked &dagger;.</p>\n";
   for (const auto& c : cmp) {
     s += "<h3>" + esc(c.size) + "</h3>\n";
-    std::vector<std::optional<int64_t>> alloc, act;
-    for (const auto& row : c.rows)
-      for (const Configuration* x : row.in)
-        if (x) {
-          alloc.push_back(x->memory.peak_allocated);
-          act.push_back(x->memory.activations_in_graphs);
-        }
-    const ByteUnit ua = byte_unit(alloc), ug = byte_unit(act);
+    const ComparisonUnits units = comparison_units(c);
+    const ByteUnit &ua = units.allocated, &ug = units.in_graphs;
     s += "<div class=\"wide\"><table class=\"compare\" data-size=\"" + esc(c.size) + "\"><thead><tr><th rowspan=\"2\">configuration</th>";
     for (size_t r : c.reports) s += "<th colspan=\"6\">" + esc(reports[r].label) + "</th>";
     s += "</tr><tr>";

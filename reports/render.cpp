@@ -249,6 +249,17 @@ ByteUnit byte_unit(const std::vector<std::optional<int64_t>>& values) {
   return {"B", 1.0, 0};
 }
 
+ComparisonUnits comparison_units(const Comparison& c) {
+  std::vector<std::optional<int64_t>> alloc, act;
+  for (const auto& row : c.rows)
+    for (const Configuration* x : row.in)
+      if (x) {
+        alloc.push_back(x->memory.peak_allocated);
+        act.push_back(x->memory.activations_in_graphs);
+      }
+  return {byte_unit(alloc), byte_unit(act)};
+}
+
 std::string with_commas(int64_t v) {
   std::string digits = std::to_string(v < 0 ? -v : v), out;
   for (size_t i = 0; i < digits.size(); ++i) {

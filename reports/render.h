@@ -103,6 +103,12 @@ struct ByteUnit {
   int decimals;
 };
 ByteUnit byte_unit(const std::vector<std::optional<int64_t>>& values);
+// The units of a comparison's two byte columns (peak allocated, activations in graphs), over
+// every configuration of every report in it: the page and the text table print the same.
+struct ComparisonUnits {
+  ByteUnit allocated, in_graphs;
+};
+ComparisonUnits comparison_units(const Comparison& c);
 std::string bytes_in(int64_t b, const ByteUnit& u);  // "24.1"
 std::string with_commas(int64_t v);                  // "25,231,360"
 std::string fixed(double v, int decimals);           // "1.83"; "nan", "inf"

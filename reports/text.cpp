@@ -149,14 +149,8 @@ std::string tradeoff_text(const LoadedReport& rep) {
 }
 
 std::string comparison_text(const std::vector<LoadedReport>& reports, const Comparison& c) {
-  std::vector<std::optional<int64_t>> alloc, act;
-  for (const auto& row : c.rows)
-    for (const Configuration* x : row.in)
-      if (x) {
-        alloc.push_back(x->memory.peak_allocated);
-        act.push_back(x->memory.activations_in_graphs);
-      }
-  const ByteUnit ua = byte_unit(alloc), ug = byte_unit(act);
+  const ComparisonUnits units = comparison_units(c);
+  const ByteUnit &ua = units.allocated, &ug = units.in_graphs;
   std::string s = "  " + clean(c.size) + ":";
   for (size_t k = 0; k < c.reports.size(); ++k) s += " [" + std::to_string(k + 1) + "] " + clean(reports[c.reports[k]].label);
   s += "\n";
