@@ -68,6 +68,12 @@ std::string git_commit() {
 #endif
 }
 
+std::string host_name() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "";
+  return host;
+}
+
 std::string utc_now_iso8601() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};

@@ -49,6 +49,7 @@ Json context_to_json(const RunContext& c);
 // RECAP_GIT_COMMIT, else "".
 std::string git_commit();
 std::string utc_now_iso8601();
+std::string host_name();  // gethostname(), "" when it fails
 
 // FNV-1a 64 of a string, as 16 lower-case hex digits.
 std::string content_hash_hex(const std::string& s);

@@ -181,9 +181,7 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   c.shard_count = o.fuzz.shard_count;
   c.isolate = o.isolate;
   c.started_utc = reports::utc_now_iso8601();
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  c.host = host;
+  c.host = reports::host_name();
   c.sut_name = o.sut_kind;
   c.sut_version = o.sut_info.version;
   c.sut_device = o.sut_info.device;

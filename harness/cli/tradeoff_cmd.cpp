@@ -597,9 +597,7 @@ int tradeoff(const TradeoffArgs& a) {
   ctx.git_commit = reports::git_commit();
   ctx.command = command_line();
   ctx.started_utc = reports::utc_now_iso8601();
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  ctx.host = host;
+  ctx.host = reports::host_name();
   ctx.sut_name = system.kind;
   ctx.sut_version = system.info.version;
   ctx.sut_device = system.info.device;
