@@ -121,7 +121,8 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     r.device_name = s.device_name;
     r.backend = s.backend;
   } catch (const sut::SkippedBySut& e) {
-    r.skipped = e.what();
+    // Never empty: an empty reason would read as "ran" (a worker may send "reason": "").
+    r.skipped = *e.what() ? e.what() : "no reason given";
   } catch (const runtime::DeviceError& e) {
     if (e.status == device::Status::MemoryAllocation) r.out_of_memory = e.what();  // setting up the case
     else r.crash = e.what();
@@ -145,6 +146,7 @@ std::string twin_trouble(const char* what, const Run& r) {
   if (!r.skipped.empty()) return std::string(what) + " was skipped by the system under test: " + r.skipped;
   if (!r.crash.empty()) return std::string(what) + " crashed: " + r.crash;
   if (!r.out_of_memory.empty()) return std::string(what) + " ran out of device memory: " + r.out_of_memory;
+  if (!r.result) return std::string(what) + " gave no result";
   if (!r.result->driver_error.empty()) return std::string(what) + " crashed: " + r.result->driver_error;
   if (r.result->failure) return std::string(what) + " failed: " + r.result->failure->line();
   return "";
