@@ -41,6 +41,7 @@ what they were when the step's backwards ended (finalize_model_grads_func, a use
 calls right before it), so its warmup draws do not shift the replays' masks against the eager twin
 (as the torch driver does around make_graphed_callables); Megatron's class-level graph state
 (_CudagraphGlobalRecord, CudaGraphManager pools, FullCudaGraphWrapper, StaticBufferLoader) is
-reset between cases with delete_cuda_graphs() and by clearing the wrapper's dicts; the graph-pool
+reset between cases with delete_cuda_graphs() and by clearing the wrapper's dicts, and 0.16-0.18's
+buffer-reuse pool, which delete_cuda_graphs() keeps, is emptied (graphs.reset_buffer_reuse, M10); the graph-pool
 uses Megatron takes and never releases are given back (pool_uses.py, finding M6).
 """

@@ -1,7 +1,8 @@
 """Where Megatron draws and captures, read without changing its code: the recap site of a
 dropout drawn inside Megatron (resolve_site), where a failure inside its graph creation happened
-(locate_in_megatron_graphs), the bytes its forward graph captures keep (CaptureSpans), and the
-RNG states it uses (rng_values, restore_rng_values)."""
+(locate_in_megatron_graphs), the bytes its forward graph captures keep (CaptureSpans), the
+RNG states it uses (rng_values, restore_rng_values), and its graph-buffer reuse state reset
+between cases (reset_buffer_reuse)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,33 @@ def restore_rng_values(api: Any, values: List[Tuple[str, Any, Any]]) -> None:
             obj.set_state(v)
         else:
             tracker.states_[obj] = v
+
+
+def reset_buffer_reuse(cuda_graphs: Any) -> int:
+    """Resets what megatron-core 0.16-0.18 keep for reusing graph buffers across graph creations, as a
+    new process has it; returns how many buffers the pool had made. delete_cuda_graphs() resets the
+    runners and the record but not `_CudagraphGlobalRecord.tensor_reuse_pool` (TensorReusePool: its
+    free list, strong references and data_ptr set are class attributes) nor the module's
+    fwd/bwd_buffer_reuse_ref_count. Left as they are, a case's graphs take buffers the earlier cases
+    of the worker returned, and with an earlier case whose last graphed layer returned its input the
+    free list holds the same memory twice (finding M10): a later case's static input and output
+    gradient then share memory and its weight gradients are wrong, a failure of the earlier case seen
+    in the later one. Only between cases, when no graph of the case can run any more. 0.15 and 0.19
+    have no pool: nothing to do."""
+    record = getattr(cuda_graphs, "_CudagraphGlobalRecord", None)
+    pool = getattr(record, "tensor_reuse_pool", None)
+    made = 0
+    if pool is not None:
+        refs = getattr(pool, "tensor_strong_refs", None)
+        made = len(refs) if refs is not None else 0
+        for name in ("pool", "tensor_strong_refs", "tensor_strong_refs_dataptrs"):
+            v = getattr(pool, name, None)  # class attributes: cleared in place, never rebound
+            if v is not None and hasattr(v, "clear"):
+                v.clear()
+    for name in ("fwd_buffer_reuse_ref_count", "bwd_buffer_reuse_ref_count"):
+        if isinstance(getattr(cuda_graphs, name, None), int):
+            setattr(cuda_graphs, name, 0)
+    return made
 
 
 class CaptureSpans:

@@ -17,7 +17,7 @@ from ...core.cuda_errors import one_line
 from ...core.records import RunData
 from ...core.sut import SUT, default_order
 from .api import ROLE_TO_MODULE, Api, gelu_tanh, megatron_version
-from .graphs import CaptureSpans
+from .graphs import CaptureSpans, reset_buffer_reuse
 from .pool_uses import PoolUses
 from .runner import MegatronRunner
 
@@ -187,6 +187,7 @@ class MegatronSUT(SUT):
             api.cuda_graphs.delete_cuda_graphs()
         except Exception:
             pass
+        reset_buffer_reuse(api.cuda_graphs)  # 0.16-0.18: kept across delete_cuda_graphs() (M10)
         given = self.pool_uses.give_back()  # the pool's segments go at after_case's empty_cache
         if given and os.environ.get("RECAP_MEMORY_TRACE"):
             print(f"recap_drivers: gave back {given} graph-pool uses Megatron left open", file=sys.stderr, flush=True)
