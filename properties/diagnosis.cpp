@@ -29,6 +29,9 @@ bool saves_host_rng(const CaseSpec& s) {  // checkpoints that save and restore R
 struct Symptom {
   const CaseSpec& spec;
   const CheckResult& check;
+  int observed_first_replay;  // CaseReport::first_replay_step
+  // The first replay as the system under test reported it; the case's warmup when it reported none.
+  int first_replay() const { return observed_first_replay >= 0 ? observed_first_replay : spec.warmup; }
   bool diverged() const { return check.divergence.has_value(); }
   int step() const { return diverged() ? check.divergence->step : -1; }
   int microbatch() const { return diverged() ? check.divergence->microbatch : -1; }
@@ -112,14 +115,14 @@ const std::vector<Rule>& rules() {
        "inputs not refilled, class 8; state filled in warmup, class 21; a baked RNG offset, class 4)",
        [](const Symptom& s) {
          return s.is("eager_vs_graphed", Disposition::Incorrect) && s.spec.executor != training::ExecutorKind::Eager &&
-                s.step() > s.spec.warmup;
+                s.step() > s.first_replay();
        }},
       {"4, 7 or 16",
        "the graphed run draws other numbers from its first replay: an RNG offset baked into the graph (class 4), "
        "warmup or capture moved the generators and nobody put them back (class 7), or a snapshot crossed the capture "
        "boundary (class 16)",
        [](const Symptom& s) {
-         return s.is("eager_vs_graphed", Disposition::Incorrect) && s.step() == s.spec.warmup && any_dropout(s.spec) &&
+         return s.is("eager_vs_graphed", Disposition::Incorrect) && s.step() == s.first_replay() && any_dropout(s.spec) &&
                 !has(s.check.divergence->tensor, "grad");
        }},
       {"9, 10, 13 or 24",
@@ -127,7 +130,7 @@ const std::vector<Rule>& rules() {
        "overwrote (a static buffer freed, class 9; shared by microbatches, class 10; graphs sharing a pool replayed "
        "out of capture order, class 13; gradients kept as views of static buffers, class 24)",
        [](const Symptom& s) {
-         return s.is("eager_vs_graphed", Disposition::Incorrect) && s.step() == s.spec.warmup &&
+         return s.is("eager_vs_graphed", Disposition::Incorrect) && s.step() == s.first_replay() &&
                 (!any_dropout(s.spec) || has(s.check.divergence->tensor, "grad"));
        }},
       // last: a graphed run whose capture went wrong fails training too; this is when nothing else did
@@ -145,7 +148,7 @@ std::string diagnose(const CaseReport& r) {
   for (const Rule& rule : rules())
     for (const auto& c : r.checks) {
       if (!failing(c.disposition)) continue;
-      if (rule.matches(Symptom{r.spec, c}))
+      if (rule.matches(Symptom{r.spec, c, r.first_replay_step}))
         return std::string(rule.bug_class) == "-" ? rule.name : std::string("class ") + rule.bug_class + ": " + rule.name;
     }
   return "";

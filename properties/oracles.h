@@ -98,6 +98,9 @@ struct CaseReport {
   std::vector<std::string> findings;  // what is worth a reviewer's eye without failing
   Json memory;   // by category (live/peak), graph pool, prediction
   Json timings;  // eager step, capture, replay step (ms); excluded from determinism comparisons
+  // The first step the system under test reported as a replay, -1 when none (not serialized; the
+  // diagnosis reads it: Megatron's per-layer graphs replay from step 1 whatever the case's warmup).
+  int first_replay_step = -1;
   // The first failing check, one line: "eager_vs_graphed: step 3, microbatch 1, grad ...".
   std::string first_failure() const;
 };

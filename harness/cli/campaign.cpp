@@ -225,16 +225,14 @@ int count_unknown(CampaignResult& r) {
 
 void confirm_failures(CampaignResult& r, const CampaignOptions& o) {
   if (stop_flag()->load()) return;  // asked to stop: what was found is written as it is
-  std::shared_ptr<sut::Sut> fresh;
-  bool started = false;
   for (auto& f : r.failures) {
     if (f.known) continue;
     training::CaseSpec spec;
     if (!training::case_from_json(f.case_json, &spec).empty()) continue;  // cannot happen: we wrote it
-    if (!started) {  // a new system under test: a new worker process (recap's runtime: a new device)
-      fresh = make_sut(o.sut, o.sut.sut, o.backend).sut;
-      started = true;
-    }
+    // A new system under test for each counterexample: a new worker process (recap's runtime: a new
+    // device). One worker for all of them let a counterexample lean on what the one before left in
+    // the framework (megatron-core 0.18.2's graph-buffer pool, M10: results/h200/2026-12-02-issue20).
+    std::shared_ptr<sut::Sut> fresh = make_sut(o.sut, o.sut.sut, o.backend).sut;
     properties::OracleOptions oracle = o.fuzz.oracle;
     oracle.sut = fresh;
     // recap's runtime in this process: fresh also means the thread's phase flags as a new process

@@ -21,7 +21,7 @@ int fuzz(const FuzzFlags& f) {
   CampaignResult kept;
   std::vector<std::string> rerun_files;
   if (!f.resume.empty()) kept = read_resumed(f.resume, &o, &rerun_files);  // before any case: a wrong file is bad usage
-  install_stop_handlers();
+  install_stop_handlers(/*second_signal_kills=*/!worker);
   if (seed_random && !worker)
     std::printf("recap fuzz: seed %" PRIu64 " (random; --seed %" PRIu64 " repeats this campaign)\n", o.fuzz.seed,
                 o.fuzz.seed);

@@ -10,16 +10,18 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_second_kills{true};
 
 extern "C" void on_stop(int sig) {
   g_signal.store(sig);
   g_stop.store(true);
-  std::signal(sig, SIG_DFL);
+  if (g_second_kills.load()) std::signal(sig, SIG_DFL);
 }
 
 }  // namespace
 
-void install_stop_handlers() {
+void install_stop_handlers(bool second_signal_kills) {
+  g_second_kills.store(second_signal_kills);
   struct sigaction sa {};
   sa.sa_handler = on_stop;
   sigemptyset(&sa.sa_mask);

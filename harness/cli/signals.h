@@ -8,8 +8,10 @@
 
 namespace recap::cli {
 
-// Installs the handlers (once; fuzz and gate call it before their campaign).
-void install_stop_handlers();
+// Installs the handlers (once; fuzz and gate call it before their campaign). A --jobs worker passes
+// false: a signal to the process group (Ctrl-C, `timeout`, Slurm) reaches it twice, directly and
+// forwarded by its parent, and the second must not kill it before it hands over its cases.
+void install_stop_handlers(bool second_signal_kills = true);
 // The flag the campaign polls (properties::FuzzOptions::stop); true once a signal arrived.
 const std::atomic<bool>* stop_flag();
 // The signal that asked to stop, 0 if none.

@@ -448,4 +448,28 @@ TEST(Diagnosis, RunawayBackwardIsClass25) {
 }
 
 }  // namespace
+// The first replay is the step the system reported as one, not the case's warmup: megatron-core's
+// per-layer graphs replay from step 1 whatever cuda_graph_warmup_steps is, and M9's wrong weight
+// gradient at that first replay was once diagnosed "a later replay departs" (classes 8, 21, 4).
+TEST(Diagnosis, TheFirstReplayIsTheObservedOne) {
+  CaseReport r;
+  r.spec = one_layer("linear", CheckpointPolicy::Skip, training::ExecutorKind::PerLayer);
+  r.spec.warmup = 0;
+  r.disposition = Disposition::Incorrect;
+  CheckResult c;
+  c.property = "eager_vs_graphed";
+  c.disposition = Disposition::Incorrect;
+  Divergence d;
+  d.step = 1;
+  d.microbatch = 0;
+  d.tensor = "grad linear0.weight";
+  c.divergence = d;
+  r.checks = {c};
+  r.first_replay_step = 1;
+  EXPECT_EQ(diagnose(r).rfind("class 9, 10, 13 or 24:", 0), 0u) << diagnose(r);
+  // Non-vacuity: reported no replay, the case's warmup (0) stands for it and step 1 is a later one.
+  r.first_replay_step = -1;
+  EXPECT_EQ(diagnose(r).rfind("class 8, 21 or 4:", 0), 0u) << diagnose(r);
+}
+
 }  // namespace recap::properties
