@@ -102,10 +102,15 @@ void add_report(const std::string& path, const std::vector<KnownFindings>& files
   const Json cases = rep.value("cases", Json::array());
   if (!cases.is_array()) throw UsageError(name + ": cases is not an array");
   // The files of this system (a file that names another, torch's for a megatron report, does not
-  // name its cases), in the order given.
+  // name its cases), in the order given: those of the report's own version when there are any (its
+  // triage names its cases: 0.18.2's M1+M3, not 0.16.1's M9 of the same bucket), else all of them.
   KnownFindings known;
+  const std::string sut_name = sut["name"].get<std::string>(), sut_version = sut["version"].get<std::string>();
+  bool own_version = false;
   for (const auto& k : files)
-    if (k.sut_name.empty() || k.sut_name == sut["name"].get<std::string>()) {
+    own_version = own_version || (k.sut_name == sut_name && k.sut_version == sut_version);
+  for (const auto& k : files)
+    if ((k.sut_name.empty() || k.sut_name == sut_name) && (!own_version || k.sut_version == sut_version)) {
       known.path += (known.path.empty() ? "" : ", ") + k.path;
       known.entries.insert(known.entries.end(), k.entries.begin(), k.entries.end());
     }
@@ -319,7 +324,8 @@ void add_compare_command(CLI::App& app, Runner* runner) {
   cmd->add_option("reports", a->reports, "Reports (recap.report/1 JSON of recap fuzz or gate)")->required();
   cmd->add_option("--known-findings", a->known_findings,
                   "recap.known-findings/1 files (one per version, corpus/known-findings/*.json): a failing case is "
-                  "named by the first finding, in the order given, whose buckets and configuration accept it");
+                  "named by the first finding, in the order given, whose buckets and configuration accept it; a "
+                  "report is judged by the files of its own version (sut.version) alone when any is given");
   cmd->add_flag("--markdown", a->markdown, "Print the table as Markdown (the README's)");
 }
 

@@ -177,6 +177,7 @@ KnownFindings read_known_findings(const std::string& path) {
         if ((it.key() != "name" && it.key() != "version") || !it.value().is_string())
           throw std::runtime_error("sut." + one_line(it.key(), 40) + ": expected name or version, a string");
       k.sut_name = s.value("name", "");
+      k.sut_version = s.value("version", "");
     }
     if (j.contains("description") && !j["description"].is_string()) throw std::runtime_error("description: expected a string");
     const Json f = j.value("findings", Json());

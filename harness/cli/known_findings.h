@@ -34,6 +34,7 @@ struct KnownFinding {
 struct KnownFindings {
   std::string path;  // "" when no file was given
   std::string sut_name;  // the file's "sut".name, "" when it names none
+  std::string sut_version;  // the file's "sut".version, "" when it names none
   std::vector<KnownFinding> entries;
   bool given() const { return !path.empty(); }
 };

@@ -1195,6 +1195,34 @@ for r in [cells[0]] + body:
     assert any(re.fullmatch(pat, l.rstrip()) for l in txt), ("not in the text table:", r)
 print(len(rows), "rows;", "; ".join(f"{k[0]} {k[1]}: {c}" for k, _, c in want if c))
 PY
+  # A file that names a report's version judges that report alone (its triage names its cases):
+  # twelve.json (known.json for 1.2) and nine.json (1.9's, which accepts B everywhere), given in
+  # either order: 1.2's B cases are CAP's or nobody's, 1.9's are NINE's.
+  "$py" - <<'PY' || fail "making nine.json"
+import json
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+json.dump({"schema": "recap.known-findings/1", "sut": {"name": "recap", "version": "1.9"},
+           "findings": [{"id": "NINE", "summary": "1.9's own", "buckets": [B], "when": {}}]}, open("nine.json", "w"))
+k = json.load(open("known.json"))
+k["sut"] = {"name": "recap", "version": "1.2"}
+json.dump(k, open("twelve.json", "w"))
+PY
+  for order in "nine.json twelve.json" "twelve.json nine.json"; do
+    "$recap" compare a.json b.json a2.json --known-findings $order --markdown > own.txt || fail "compare $order: exit $?"
+    "$py" - own.txt <<'PY' || fail "the version's own file ($order)"
+import sys
+rows = {}
+for l in open(sys.argv[1]).read().splitlines():
+    if l.startswith("| "):
+        c = [x.strip() for x in l.strip("|").split("|")]
+        rows[(c[0], c[1])] = c
+B = "capture_clean/failed/cudaStreamSynchronize/cudaErrorStreamCaptureUnsupported/"
+nine, cap = rows.get(("NINE", B)), rows.get(("CAP", B))
+assert nine and nine[2] == "-" and nine[3] not in ("-", "gone"), nine  # columns: 1.2, 1.9
+assert cap and cap[2] not in ("-", "gone") and cap[3] in ("-", "gone"), cap
+print("1.2 by twelve.json:", cap[2], "; 1.9 by nine.json:", nine[3])
+PY
+  done
   # Bad input: one line, exit 2.
   "$py" - <<'PY'
 import json
