@@ -4,7 +4,8 @@ Off (the default) the runner holds None and each instrumented place costs one `i
 clock is read and no synchronization is added. On, the reply's timings.profile holds:
 
   parse_ms              the case and its frames read into tensors
-  determinism_check_ms  the eager form run twice (determinism_check)
+  determinism_check_ms  the determinism check's extra runs of the eager form (an eager case's first
+                        run is the case's own: its phases are the case's)
   model_build_ms        the runner made: the model built, its parameters loaded
   eager_steps_ms, warmup_ms, replay_ms   the steps, by phase
   capture_ms            the graphs made (torch: between the warmup and the replays; megatron makes
