@@ -2,6 +2,7 @@
 // in order; the case's disposition is the worst of their checks.
 #include "properties/oracles.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <sstream>
@@ -82,7 +83,33 @@ std::string CaseReport::first_failure() const {
   return c ? c->property + ": " + c->reason : "";
 }
 
+namespace {
+// The sum of the runs' times the report's profile holds.
+double runs_ms(const CaseReport& rep) {
+  double ms = 0;
+  if (auto p = rep.timings.find("profile"); p != rep.timings.end())
+    if (auto runs = p->find("runs"); runs != p->end())
+      for (const auto& [name, run] : runs->items()) ms += run.value("total_ms", 0.0);
+  return ms;
+}
+
+// With --profile: the case's whole time and what no run or oracle holds.
+CaseReport finish_profile(CaseReport rep, const OracleOptions& opts, std::chrono::steady_clock::time_point t0) {
+  if (!opts.profile) return rep;
+  Json& p = rep.timings["profile"];
+  if (!p.contains("runs")) p["runs"] = Json::object();
+  if (!p.contains("oracles")) p["oracles"] = Json::object();
+  const double wall = ms_since(t0);
+  double held = runs_ms(rep);
+  for (const auto& [name, ms] : p["oracles"].items()) held += ms.get<double>();
+  p["wall_ms"] = wall;
+  p["other_ms"] = std::max(0.0, wall - held);
+  return rep;
+}
+}  // namespace
+
 CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
+  const auto t_case = std::chrono::steady_clock::now();
   CaseReport rep;
   rep.spec = spec;
   rep.backend = opts.backend == device::BackendChoice::Cuda ? "cuda" : "sim";
@@ -91,13 +118,14 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   if (std::string invalid = training::validate(spec); !invalid.empty()) {
     rep.checks.push_back(capture_clean_of_invalid_case(invalid));
     rep.disposition = Disposition::Skipped;
-    return rep;
+    return finish_profile(std::move(rep), opts, t_case);
   }
 
   // The case itself (on the system under test; in process, hygiene's check of the session runs
   // right after a failed capture).
   Run own = run_on_fresh_device(spec, opts);
   rep.timings["case_ms"] = own.ms;
+  record_run_profile(rep, "case", own);
   if (!own.device_name.empty()) rep.device_name = own.device_name;
   if (!own.backend.empty()) rep.backend = own.backend;
   device::Backend backend = rep.backend == "cuda" ? device::Backend::Cuda : device::Backend::Sim;
@@ -105,7 +133,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     rep.checks.push_back(*alone);
     rep.disposition = alone->disposition;
     if (own.result && alone->disposition == Disposition::OutOfMemory) rep.memory = case_memory_json(*own.result);
-    return rep;
+    return finish_profile(std::move(rep), opts, t_case);
   }
   const RunResult& r = *own.result;
   Runs runs(spec, opts, rep, backend, r);
@@ -135,13 +163,23 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     if (r.captured) rep.timings["capture_ms"] = r.capture_ms;
   }
 
-  for (const Oracle& o : oracles())
-    if (selected(opts, o.name)) rep.checks.push_back(o.judge(runs));
+  for (const Oracle& o : oracles()) {
+    if (!selected(opts, o.name)) continue;
+    if (!opts.profile) {
+      rep.checks.push_back(o.judge(runs));
+      continue;
+    }
+    // the oracle's own time: its judge less the runs it asked for (each twin is its own entry)
+    const double before = runs_ms(rep);
+    const auto t0 = std::chrono::steady_clock::now();
+    rep.checks.push_back(o.judge(runs));
+    rep.timings["profile"]["oracles"][std::string(o.name) + "_ms"] = std::max(0.0, ms_since(t0) - (runs_ms(rep) - before));
+  }
 
   // A case whose every check is skipped judged nothing: it is skipped, not passed.
   rep.disposition = Disposition::Skipped;
   for (const auto& c : rep.checks) rep.disposition = worse(rep.disposition, c.disposition);
-  return rep;
+  return finish_profile(std::move(rep), opts, t_case);
 }
 
 Json case_report_to_json(const CaseReport& r) {

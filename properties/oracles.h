@@ -87,6 +87,10 @@ struct OracleOptions {
   // The system under test: null runs recap's runtime in this process (the default); a Sut (a worker
   // process speaking recap.worker/1) runs the case and every twin.
   std::shared_ptr<sut::Sut> sut;
+  // --profile: where the case's time goes, in its report's timings.profile (docs/profile.md):
+  // per run (the case's own, each twin, hygiene's injected run) its phases, per oracle its own
+  // time less the runs it asked for. Off: no profile key, no clock read beyond the timings'.
+  bool profile = false;
 };
 
 struct CaseReport {
@@ -97,7 +101,7 @@ struct CaseReport {
   std::vector<CheckResult> checks;
   std::vector<std::string> findings;  // what is worth a reviewer's eye without failing
   Json memory;   // by category (live/peak), graph pool, prediction
-  Json timings;  // eager step, capture, replay step (ms); excluded from determinism comparisons
+  Json timings;  // eager step, capture, replay step (ms), with --profile "profile"; excluded from determinism comparisons
   // The first step the system under test reported as a replay, -1 when none (not serialized; the
   // diagnosis reads it: Megatron's per-layer graphs replay from step 1 whatever the case's warmup).
   int first_replay_step = -1;

@@ -1,5 +1,7 @@
 #include "reports/reporter.h"
 
+#include "reports/profile.h"
+
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -7,6 +9,16 @@
 namespace recap::reports {
 
 namespace {
+// Every case report of the outcome: the campaign's, then the replayed files'.
+std::vector<const Json*> outcome_case_reports(const Outcome& o) {
+  std::vector<const Json*> all;
+  if (o.campaign)
+    for (const Json& r : o.campaign->reports) all.push_back(&r);
+  if (o.replays)
+    for (const auto& r : *o.replays) all.push_back(&r.report);
+  return all;
+}
+
 // The coverage requirements with what the campaign gave each.
 Json coverage_json(const CoverageOutcome& c, const CampaignResult* campaign) {
   static const CampaignResult none;
@@ -134,6 +146,7 @@ void ConsoleReporter::report(const Outcome& o) {
     }
   }
   std::printf("  throughput: %.0f cases/min\n", cpm);
+  std::fputs(profile_table_text(profile_summary_json(outcome_case_reports(o))).c_str(), stdout);
   if (!o.interrupted.empty()) std::printf("  interrupted (%s): the results of the cases that ran\n", o.interrupted.c_str());
 }
 
@@ -152,6 +165,7 @@ Json report_json(const Outcome& o) {
     for (const auto& r : *replays) ok += r.as_expected;
     summary["replays"] = {{"files", replays->size()}, {"as_expected", ok}};
   }
+  if (Json p = profile_summary_json(outcome_case_reports(o)); !p.is_null()) summary["profile"] = p;  // --profile
   rep["summary"] = summary;
   rep["cases"] = campaign ? Json(campaign->reports) : Json::array();
   if (replays) {

@@ -40,6 +40,25 @@ echo "===== naive" >> "$out/fuzz-cuda.log"
 [ $? -eq 1 ] || status=1
 grep -E "by disposition|throughput|capture_clean" "$out/fuzz-cuda.log"
 
+# Where the time goes (issue 21 point 1; docs/profile.md): --profile campaigns on recap's runtime
+# (cuda, graph-safe), torch and megatron@0.19.2 (without checkpoints), each report and log kept in
+# one archive, $out/profile.tar.gz (the device tool brings back few files), the phase tables also
+# printed. The frameworks run through the drivers' interpreter (RECAP_PYTHON; else python3). Not
+# pass/fail: a failing case is a finding of its campaign; the breakdown is the point.
+prof=$(mktemp -d)
+for sut in recap torch megatron@0.19.2; do
+  tag=${sut//[@.]/-}
+  if [ "$sut" = recap ]; then extra=(--policy graph-safe --jobs "${RECAP_PROFILE_JOBS:-8}")
+  else extra=(--no-checkpoint --jobs "${RECAP_PROFILE_JOBS:-5}"); fi
+  "$build/harness/cli/recap" fuzz --backend cuda --sut "$sut" --profile --cases "${RECAP_PROFILE_CASES:-300}" --seed 1 \
+    "${extra[@]}" --time-budget 300 --corpus-dir "$corpus" --report "$prof/profile-$tag.json" \
+    > "$prof/profile-$tag.log" 2>&1
+  echo "===== $sut"
+  sed -n '/cases\/min/p; /profile (/,$p' "$prof/profile-$tag.log" | head -60
+done | tee "$prof/profile.txt"
+tar -czf "$out/profile.tar.gz" -C "$prof" .
+rm -rf "$prof"
+
 # Every gtest binary (gpu tests run here instead of skipping), into one log: the device tool
 # brings back at most 8 files.
 : > "$out/tests.log"

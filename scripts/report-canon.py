@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints a recap report without what may differ between two runs of the same seed: the run
-context, timings, throughput and where files were written. Two campaigns with the same seed must
+context, timings (--profile's too), throughput and where files were written. Two campaigns with the same seed must
 print the same bytes (README, "Reports"): `diff <(scripts/report-canon.py a.json) <(scripts/report-canon.py b.json)`."""
 import json
 import sys
@@ -9,7 +9,7 @@ import sys
 def canon(report):
     report.pop("context", None)
     summary = report.get("summary", {})
-    for key in ("seconds", "cases_per_minute"):
+    for key in ("seconds", "cases_per_minute", "profile"):  # profile: --profile's timings
         summary.pop(key, None)
     for failure in summary.get("failures", []):
         failure.pop("corpus_file", None)

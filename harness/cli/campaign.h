@@ -107,10 +107,11 @@ void resolve_shard(const std::string& flag, int* index, int* count);
 int shard_cases(int cases, int chunk, int i, int n);
 
 // Replays one case file (already validated into *spec) on `backend`; prints the verdict and, when
-// a check diverged, the step-by-step table of the first divergence. `print` false: quiet.
+// a check diverged, the step-by-step table of the first divergence. `print` false: quiet. `profile`:
+// the case report's timings.profile (--profile).
 ReplayOutcome replay_case(const std::string& path, const training::CaseSpec& spec, const std::string& backend,
                           bool require_memory_savings, const std::vector<std::string>& properties,
-                          const std::shared_ptr<sut::Sut>& sut, bool print);
+                          const std::shared_ptr<sut::Sut>& sut, bool print, bool profile = false);
 
 // The flags fuzz and gate share.
 struct FuzzFlags {
@@ -135,6 +136,7 @@ struct FuzzFlags {
   std::string dims = "auto";  // small | large | auto (large for recap's runtime on cuda, else small)
   std::vector<std::string> properties;  // --property; empty: all
   SutFlags sut;
+  bool profile = false;  // --profile: timings.profile per case, the summary's phase table
 };
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f);
 // Resolves the backend, seed, shard and policy; *seed_random when the seed was drawn.

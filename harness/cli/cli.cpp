@@ -61,6 +61,15 @@ void add_case_timeout_option(CLI::App& cmd, double* seconds) {
       ->check(CLI::Range(0.0, 1e6));
 }
 
+void add_profile_flag(CLI::App& cmd, bool* profile) {
+  cmd.add_flag("--profile", *profile,
+               "Where each case's time goes: its report's timings.profile holds milliseconds per phase of its own run "
+               "and of each twin (start-up, model build, eager steps, warmup, capture, replays, copies, "
+               "synchronizations, a worker's protocol and its own phases), per oracle (the fp64 reference, hygiene...); "
+               "the summary gives each phase's median, p90 and share of the cases' time (docs/profile.md). Timings: "
+               "excluded from determinism comparisons");
+}
+
 std::string parse_sut(const std::string& text, SutChoice* out) {
   const size_t at = text.find('@');
   SutChoice c;

@@ -42,6 +42,8 @@ struct SutFlags {
 void add_sut_options(CLI::App& cmd, SutFlags* f);
 // Adds --case-timeout alone (recap run: the runtime in this process).
 void add_case_timeout_option(CLI::App& cmd, double* seconds);
+// Adds --profile (fuzz, replay, gate): each case report's timings.profile, the summary's table.
+void add_profile_flag(CLI::App& cmd, bool* profile);
 
 // A --sut value: recap, recap-worker, torch, megatron, the last two with an optional @VERSION.
 struct SutChoice {

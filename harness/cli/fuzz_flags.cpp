@@ -17,6 +17,7 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   add_backend_option(*cmd, &f->backend);
   add_property_option(*cmd, &f->properties);
   add_sut_options(*cmd, &f->sut);
+  add_profile_flag(*cmd, &f->profile);
   cmd->add_option("--cases", f->cases, "Cases to generate (all shards and jobs together)")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
@@ -137,6 +138,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.keep_going = f.keep_going;
   o.fuzz.stop = stop_flag();
   o.fuzz.oracle.properties = f.properties;
+  o.fuzz.oracle.profile = f.profile;
   o.sut = f.sut;
   // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent
   // of worker processes only spawns and merges (each worker process makes its own system under

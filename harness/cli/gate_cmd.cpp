@@ -59,7 +59,7 @@ int gate(GateArgs a) {
   const auto replay_sut = o.fuzz.oracle.sut ? o.fuzz.oracle.sut : make_sut(f.sut, f.sut.sut, o.backend).sut;
   int differ = 0;
   for (size_t i = 0; i < files.size(); ++i) {
-    replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, replay_sut, false));
+    replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, replay_sut, false, f.profile));
     const auto& r = replays.back();
     differ += !r.as_expected;
     std::printf("  %-60s %-9s %s\n", files[i].c_str(), r.disposition.c_str(),

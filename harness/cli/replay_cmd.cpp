@@ -12,6 +12,7 @@
 #include "harness/cli/campaign.h"
 #include "harness/runtime/phase.h"
 #include "properties/diagnosis.h"
+#include "reports/profile.h"
 #include "harness/cli/cli.h"
 #include "harness/training/executor.h"
 #include "harness/training/spec.h"
@@ -147,7 +148,7 @@ bool check_failed(const properties::CheckResult& c) {
 
 ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const std::string& backend,
                           bool require_memory_savings, const std::vector<std::string>& properties,
-                          const std::shared_ptr<sut::Sut>& sut, bool print) {
+                          const std::shared_ptr<sut::Sut>& sut, bool print, bool profile) {
   ReplayOutcome out;
   out.path = path;
   out.expected = spec.expected;
@@ -167,6 +168,7 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
   opts.backend = choice;
   opts.properties = properties;
   opts.sut = sut;
+  opts.profile = profile;
   opts.require_memory_savings =
       require_memory_savings || (exp_obj && exp.contains("require_memory_savings") && exp["require_memory_savings"].is_boolean() &&
                                  exp["require_memory_savings"].get<bool>());
@@ -243,6 +245,7 @@ struct ReplayArgs {
   std::vector<std::string> properties;
   SutFlags sut;  // without --sut, each file runs on its own "sut" (recap when it names none)
   std::string report;
+  bool profile = false;
 };
 
 int replay(const ReplayArgs& a) {
@@ -288,11 +291,16 @@ int replay(const ReplayArgs& a) {
   int differ = 0;
   for (size_t i = 0; i < a.files.size(); ++i) {
     outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, a.properties,
-                               systems.at(suts[i]).sut, true));
+                               systems.at(suts[i]).sut, true, a.profile));
     differ += !outs.back().as_expected;
   }
   if (a.files.size() > 1)
     std::printf("replay: %zu files, %zu as expected, %d differ\n", a.files.size(), a.files.size() - differ, differ);
+  if (a.profile) {
+    std::vector<const Json*> reports;
+    for (const auto& o : outs) reports.push_back(&o.report);
+    std::fputs(reports::profile_table_text(reports::profile_summary_json(reports)).c_str(), stdout);
+  }
   if (!a.report.empty()) {
     reports::Outcome out;
     reports::RunContext& ctx = out.context;
@@ -329,6 +337,7 @@ void add_replay_command(CLI::App& app, Runner* runner) {
       ->default_val("sim");
   add_property_option(*cmd, &args->properties);
   add_sut_options(*cmd, &args->sut);
+  add_profile_flag(*cmd, &args->profile);
   cmd->get_option("--sut")->description(
       "System under test (default: the one the file names, recap when it names none): recap, recap-worker, "
       "torch[@VERSION] or megatron[@VERSION]");

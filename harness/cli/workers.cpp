@@ -132,6 +132,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back("--property");
       args.push_back(p);
     }
+    if (o.fuzz.oracle.profile) args.push_back("--profile");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "harness/base/profile.h"
 #include "harness/runtime/faults.h"
 #include "harness/sut/worker.h"
 #include "models/ops.h"
@@ -22,7 +23,11 @@ SutRun InProcessSut::run(const training::CaseSpec& spec, const RunRequest&) {
   last_device_ = {};
   refuse_unrunnable(spec);
   std::string err;
-  auto dev = device::make_device(backend_, {}, &err);
+  std::unique_ptr<device::Device> dev;
+  {
+    profile::Scope startup(profile::kStartup);  // a fresh device per run: its context and streams
+    dev = device::make_device(backend_, {}, &err);
+  }
   if (!dev) throw std::runtime_error("cannot create the device: " + err);
   last_device_ = {dev->name(), device::backend_name(dev->backend())};
   training::CheckedRun c = training::run_case_checked(*dev, spec);
@@ -32,6 +37,8 @@ SutRun InProcessSut::run(const training::CaseSpec& spec, const RunRequest&) {
   out.live_after = c.live_after;
   out.device_name = last_device_.device_name;
   out.backend = last_device_.backend;
+  profile::Scope teardown(profile::kTeardown);
+  dev.reset();
   return out;
 }
 

@@ -13,9 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
+#include "harness/base/profile.h"
 #include "harness/sut/worker.h"
 
 extern char** environ;
@@ -309,12 +311,14 @@ std::string WorkerSut::stderr_tail() const {
 
 SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   if (pid_ < 0) {
+    profile::Scope startup(profile::kStartup);  // the worker's process, its imports, its hello
     try {
       start();
     } catch (const std::runtime_error& e) {
       throw std::runtime_error(config_.name + " worker: " + e.what());
     }
   }
+  std::optional<profile::Scope> request_scope(std::in_place, profile::kRequest);  // the request and its frames
   Message req;
   const int64_t id = next_id_++;
   req.header = {{"op", "run"}, {"id", id}, {"case", training::case_to_json(spec)}};
@@ -325,14 +329,20 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   }
   if (config_.send_frames) req.frames = case_frames(spec);
   if (ask.mask_frames) req.header["mask_frames"] = true;
+  if (profile::on()) req.header["profile"] = true;  // the worker's own phases in timings.profile
   Message obs;
   begin_request();
   struct EndRequest {
     WorkerSut* w;
     ~EndRequest() { w->end_request(); }
   } end_request_at_exit{this};
+  request_scope.reset();
   try {
-    if (!exchange(req, &obs)) throw ProtocolError("the worker closed its output");
+    {
+      profile::Scope exchange_scope(profile::kExchange);  // writing the request, the worker's run, reading its reply
+      if (!exchange(req, &obs)) throw ProtocolError("the worker closed its output");
+    }
+    profile::Scope decode(profile::kDecode);
     if (obs.header.value("op", std::string()) != "error" && obs.header.value("id", int64_t{-1}) != id)
       throw ProtocolError("an observation for another request");
     SutRun out;
@@ -344,6 +354,9 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
       out.backend = x.value("backend", std::string());
     }
     out.device_name = obs.header.value("device", std::string());
+    if (profile::on())
+      if (auto t = obs.header.find("timings"); t != obs.header.end() && t->is_object())
+        if (auto p = t->find("profile"); p != t->end() && p->is_object()) out.worker_profile = *p;
     // A worker that asks to retire (its memory grew across cases) has answered: it is replaced
     // before the next case, not mid-case.
     if (auto r = obs.header.find("retire"); r != obs.header.end() && r->is_boolean() && r->get<bool>()) stop(/*grace_s=*/10);

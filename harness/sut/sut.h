@@ -28,6 +28,9 @@ struct SutRun {
   // system sends no hygiene observation (frameworks; CONTRACT: hygiene is then skipped).
   std::optional<std::string> hygiene;
   std::string device_name, backend;  // what the worker ran it on
+  // With profiling on (harness/base/profile.h): the worker's own phases, its reply's
+  // timings.profile (drivers/PROTOCOL.md, "profile"); null when it sent none or ran in process.
+  Json worker_profile;
 };
 
 // What a system says of itself (its hello reply).

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "harness/base/names.h"
+#include "harness/base/profile.h"
 #include "harness/sut/capabilities.h"
 #include "harness/sut/in_process.h"
 #include "harness/sut/observed.h"
@@ -484,16 +486,23 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
       }
     }
     auto t0 = std::chrono::steady_clock::now();
+    // "profile": true (drivers/PROTOCOL.md): this run's phases come back in timings.profile
+    const bool profiled = h.contains("profile") && h["profile"].is_boolean() && h["profile"].get<bool>();
+    profile::Phases phases;
+    profile::Sink sink(profiled ? &phases : nullptr);
     try {
       // As recap runs a case in process: the same Sut.
       SutRun run = recap.run(spec, {});
+      std::optional<profile::Scope> encode(std::in_place, profile::kEncode);
       Message obs = observation_of(run.result, id);
       obs.header["device"] = run.device_name;
       obs.header["recap"]["backend"] = run.backend;
       obs.header["recap"]["hygiene"] = run.hygiene.value_or("");
       obs.header["recap"]["live_after"] = run.live_after.value_or(0);
+      encode.reset();
       obs.header["timings"] = {
           {"run_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};
+      if (profiled) obs.header["timings"]["profile"] = phases;
       if (retire) obs.header["retire"] = true;
       write_message(out, obs);
     } catch (const SkippedBySut& e) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "harness/base/profile.h"
 #include "harness/runtime/capture.h"
 #include "harness/runtime/phase.h"
 
@@ -159,6 +160,7 @@ class PerLayerGraphs : public Executor {
     bool any = false;
     for (bool g : graphed_) any = any || g;
     if (!any) return true;  // nothing to capture: every step runs eagerly
+    profile::Scope prof(profile::kCapture);  // the synchronizations around it and a failed capture too
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "before capture");
     t_.dev.reset_peak_memory();
     t_.alloc.reset_peaks();
@@ -285,6 +287,7 @@ class PerLayerGraphs : public Executor {
   }
 
   StepRecord replay_step(int step) {
+    profile::Scope prof(profile::kReplay);
     double t0 = t_.now_ms();
     t_.load_step_data(step);
     t_.begin_step(step, t_.main);
@@ -502,6 +505,7 @@ class FullIterationGraph : public Executor {
   }
 
   bool capture(RunResult& out) {
+    profile::Scope prof(profile::kCapture);
     const int W = t_.spec.warmup;
     const int M = t_.spec.microbatches;
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "before capture");
@@ -559,6 +563,7 @@ class FullIterationGraph : public Executor {
   }
 
   StepRecord replay_step(int step) {
+    profile::Scope prof(profile::kReplay);
     double t0 = t_.now_ms();
     t_.load_step_data(step);
     t_.begin_step(step, t_.main);

@@ -2,10 +2,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "harness/training/executor.h"
 
 #include "harness/base/hash.h"
+#include "harness/base/profile.h"
 #include "harness/runtime/phase.h"
 
 namespace recap::training {
@@ -183,12 +185,27 @@ std::string hygiene_after_failed_capture(Session& session, device::Device& dev) 
 
 CheckedRun run_case_checked(device::Device& dev, const CaseSpec& spec) {
   CheckedRun out;
+  std::optional<Session> session;
   {
-    Session session(dev, spec);
-    out.result = session.run();
-    if (out.result.failure && out.result.failure->phase == "capture")
-      out.hygiene = hygiene_after_failed_capture(session, dev);
+    profile::Scope build(profile::kModelBuild);
+    session.emplace(dev, spec);
   }
+  out.result = session->run();
+  if (out.result.failure && out.result.failure->phase == "capture") {
+    // hygiene's eager step is hygiene's time, not the run's eager steps (its copies and waits count)
+    const double t0 = profile::on() ? profile::now_ms() : 0.0;
+    profile::Phases inner;
+    {
+      profile::Sink nested(profile::on() ? &inner : nullptr);
+      out.hygiene = hygiene_after_failed_capture(*session, dev);
+    }
+    if (profile::on()) {
+      profile::add(profile::kHygiene, profile::now_ms() - t0);
+      profile::add_within(inner);
+    }
+  }
+  profile::Scope teardown(profile::kTeardown);
+  session.reset();
   out.live_after = dev.memory_stats().live_bytes;
   return out;
 }

@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "harness/base/profile.h"
 #include "harness/runtime/faults.h"
 #include "harness/runtime/philox.h"
 
@@ -295,6 +296,7 @@ void Trainer::backward_microbatch(Ctx& c, int mb, const Tensor& dy, std::vector<
 }
 
 StepRecord Trainer::eager_step(int step, device::Stream s, const std::string& phase, const Around& around) {
+  profile::Scope prof(phase == "warmup" ? profile::kWarmup : profile::kEagerSteps);
   double t0 = now_ms();
   load_step_data(step);
   begin_step(step, s);

@@ -54,6 +54,7 @@ CheckResult judge(Runs& runs) {
   CheckResult c;
   try {
     Run ir = run_on_fresh_device(inj, runs.options());
+    record_run_profile(runs.report(), "hygiene_run", ir);
     if (!ir.crash.empty()) {
       c = bad(p, Disposition::Crashed, "after an injected capture failure: " + ir.crash);
       c.cuda_error = ir.crash_signal;  // as capture_clean's: the bucket names the signal

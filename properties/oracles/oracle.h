@@ -37,7 +37,12 @@ struct Run {
   // system under test does not observe hygiene (a framework driver sends none).
   std::optional<std::string> hygiene;
   std::string device_name, backend;  // what it ran on ("sim", "NVIDIA H200"; "sim", "cuda")
+  // With OracleOptions::profile: the run's phases (harness/base/profile.h) as JSON, "total_ms" its
+  // whole time, "other_ms" what no phase holds, "worker" a worker's own (its reply's timings.profile).
+  std::optional<Json> profile;
 };
+// Records a run's profile (when it has one) in the case report's timings.profile.runs[name].
+void record_run_profile(CaseReport& report, const std::string& name, const Run& r);
 // On opts.sut when set, else on recap's runtime in this process (sut::InProcessSut of
 // opts.backend), asked for what the selected oracles read (run_request).
 Run run_on_fresh_device(const training::CaseSpec& spec, const OracleOptions& opts);

@@ -1,9 +1,12 @@
 // Runs: the case's own run and its twins, and the bitwise comparison of two runs (oracle.h).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "properties/oracles/oracle.h"
+
+#include "harness/base/profile.h"
 
 #include "harness/sut/in_process.h"
 
@@ -108,9 +111,36 @@ std::optional<Divergence> first_divergence(const RunResult& a, const RunResult& 
   return std::nullopt;
 }
 
+namespace {
+// A run's phases as its profile: every phase it recorded, "total_ms", "other_ms" (the total less
+// the disjoint phases), "worker" (a worker's own phases).
+Json run_profile_json(const profile::Phases& phases, double total_ms, const Json& worker) {
+  Json j = Json::object();
+  double disjoint = 0;
+  for (const char* k : profile::kDisjoint)
+    if (auto it = phases.find(k); it != phases.end()) {
+      j[k] = it->second;
+      disjoint += it->second;
+    }
+  for (const char* k : profile::kWithin)
+    if (auto it = phases.find(k); it != phases.end()) j[k] = it->second;
+  j["total_ms"] = total_ms;
+  j[profile::kOther] = std::max(0.0, total_ms - disjoint);
+  if (worker.is_object()) j["worker"] = worker;
+  return j;
+}
+}  // namespace
+
+void record_run_profile(CaseReport& report, const std::string& name, const Run& r) {
+  if (r.profile) report.timings["profile"]["runs"][name] = *r.profile;
+}
+
 Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
   Run r;
   auto t0 = std::chrono::steady_clock::now();
+  profile::Phases phases;  // with opts.profile, what this run's phases took
+  profile::Sink sink(opts.profile ? &phases : nullptr);
+  Json worker_profile;
   sut::InProcessSut in_process(opts.backend);
   sut::Sut& system = opts.sut ? *opts.sut : in_process;
   try {
@@ -120,6 +150,7 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     r.hygiene = s.hygiene;
     r.device_name = s.device_name;
     r.backend = s.backend;
+    worker_profile = std::move(s.worker_profile);
   } catch (const sut::SkippedBySut& e) {
     // Never empty: an empty reason would read as "ran" (a worker may send "reason": "").
     r.skipped = *e.what() ? e.what() : "no reason given";
@@ -139,6 +170,7 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     r.backend = system.last_device().backend;
   }
   r.ms = ms_since(t0);
+  if (opts.profile) r.profile = run_profile_json(phases, r.ms, worker_profile);
   return r;
 }
 
@@ -182,6 +214,8 @@ const Run& Runs::twin(std::optional<Run>& slot, const CaseSpec& spec, const char
   if (!slot) {
     slot = run_on_fresh_device(spec, opts_);
     report_.timings[timing_key] = slot->ms;
+    std::string name = timing_key;
+    record_run_profile(report_, name.substr(0, name.size() - 3), *slot);  // "eager_twin_ms": "eager_twin"
   }
   return *slot;
 }

@@ -561,6 +561,41 @@ assert styles == {"reentrant", "non-reentrant"}, styles
 print("20 cases passed on torch", sys.argv[2], "styles", sorted(styles))
 PY
   ;;
+fuzz_profile_sim)
+  # --profile (docs/profile.md): every case report's timings.profile holds the case's own run and
+  # its twins with their phases, every oracle's own time, all non-negative, each run's phases within
+  # its time and the runs and oracles within the case's; the summary's table; the report validates.
+  # Without --profile no profile key appears anywhere. Structure and consistency, never a timing.
+  "$recap" fuzz --backend sim --profile --seed 5 --cases 36 --chunk-cases 12 --report p.json --corpus-dir found > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -le 1 ] || { tail -5 err.txt; fail "exit $rc"; }
+  grep -q "profile (36 cases" out.txt || fail "no profile table"
+  grep -q "runs.startup" out.txt || fail "no start-up row"
+  validate_report p.json
+  python3 "$src/tests/cli/profile_check.py" p.json sim || fail "the profile is not consistent"
+  "$recap" fuzz --backend sim --profile --seed 5 --cases 24 --chunk-cases 12 --jobs 2 --report j.json --corpus-dir found2 > /dev/null 2>&1
+  rc=$?; [ "$rc" -le 1 ] || fail "--jobs 2 --profile: exit $rc"
+  python3 "$src/tests/cli/profile_check.py" j.json sim || fail "--jobs 2: the profile is not consistent"
+  "$recap" fuzz --backend sim --seed 5 --cases 12 --report n.json --corpus-dir found3 > n.txt 2>&1
+  rc=$?; [ "$rc" -le 1 ] || fail "without --profile: exit $rc"
+  ! grep -q '"profile"' n.json || fail "without --profile a profile key appears"
+  ! grep -q "profile (" n.txt || fail "without --profile the table is printed"
+  "$recap" replay --profile --backend sim "$src/corpus/graph-safe-eager.json" --report r.json > r.txt 2>&1 || fail "replay --profile"
+  grep -q "profile (1 cases" r.txt || fail "replay --profile: no table"
+  python3 "$src/tests/cli/profile_check.py" r.json sim || fail "replay --profile: not consistent"
+  ;;
+fuzz_profile_torch)
+  # --profile with --sut torch: each run is seen from recap (start-up, request, exchange, decode)
+  # and from the driver (its reply's timings.profile: model build, steps, copies, encoding).
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  "$recap" fuzz --sut torch --backend sim --profile --seed 2 --cases 8 --report t.json --corpus-dir found > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -le 1 ] || { tail -5 err.txt; fail "exit $rc"; }
+  grep -q "worker.model_build" out.txt || fail "no driver phase in the table"
+  validate_report t.json
+  python3 "$src/tests/cli/profile_check.py" t.json torch || fail "the profile is not consistent"
+  ;;
 sut_torch_eager)
   # PyTorch through its driver (drivers/recap_drivers), eagerly on the CPU: recap sends the case's
   # parameters and data, judges torch's run by the same oracles; torch's checkpoint recomputes the

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -196,6 +197,38 @@ TEST(Evaluate, IsDeterministic) {
   auto s = one_layer("block", CheckpointPolicy::GraphSafe, training::ExecutorKind::FullIteration);
   Json a = case_report_to_json(evaluate(s, {}));
   Json b = case_report_to_json(evaluate(s, {}));
+  a.erase("timings");
+  b.erase("timings");
+  EXPECT_EQ(a, b);
+}
+
+// --profile (docs/profile.md): off, no profile key and no twin is timed twice; on, the case's own
+// run and its twins with their phases, every oracle's own time, and the parts within the case's wall
+// time (structure and consistency only: no timing is asserted).
+TEST(Evaluate, ProfileOnlyWhenAsked) {
+  auto s = one_layer("block", CheckpointPolicy::GraphSafe, training::ExecutorKind::PerLayer);
+  CaseReport off = evaluate(s, {});
+  EXPECT_FALSE(off.timings.contains("profile")) << off.timings.dump();
+  EXPECT_FALSE(case_report_to_json(off)["timings"].contains("profile"));
+  OracleOptions o;
+  o.profile = true;
+  CaseReport on = evaluate(s, o);
+  EXPECT_EQ(on.disposition, Disposition::Passed) << on.first_failure();
+  ASSERT_TRUE(on.timings.contains("profile")) << on.timings.dump();
+  const Json& p = on.timings["profile"];
+  ASSERT_TRUE(p["runs"].contains("case")) << p.dump();
+  EXPECT_TRUE(p["runs"].contains("eager_twin")) << p.dump();
+  const Json& own = p["runs"]["case"];
+  for (const char* k : {"startup_ms", "model_build_ms", "warmup_ms", "capture_ms", "replay_ms", "teardown_ms",
+                        "sync_ms", "h2d_ms", "d2h_ms", "sim_work_ms", "total_ms", "other_ms"})
+    EXPECT_TRUE(own.contains(k)) << k << " missing from " << own.dump();
+  EXPECT_TRUE(p["oracles"].contains("reference_ms")) << p.dump();
+  double parts = p["other_ms"].get<double>();
+  for (const auto& [name, run] : p["runs"].items()) parts += run["total_ms"].get<double>();
+  for (const auto& [name, ms] : p["oracles"].items()) parts += ms.get<double>();
+  EXPECT_NEAR(parts, p["wall_ms"].get<double>(), 1e-6 * std::max(1.0, p["wall_ms"].get<double>()));
+  // the verdicts do not depend on it
+  Json a = case_report_to_json(off), b = case_report_to_json(on);
   a.erase("timings");
   b.erase("timings");
   EXPECT_EQ(a, b);

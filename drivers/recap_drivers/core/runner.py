@@ -26,6 +26,8 @@ from .cuda_errors import STICKY, cuda_api_name, cuda_error_name, one_line, root_
 from .leaks import allocation_sites
 from .observe.graphs import pool_bytes, pool_figures
 from .observe.masks import MaskObserver
+from .profile import Profile
+from .profile import phase as profile_phase
 from .records import RunData, RunRecord, StepRecord, to_f32
 from .replies import FAULT
 from .tracebacks import layer_from_traceback
@@ -47,6 +49,7 @@ class Runner:
         self.cuda = self.dev.type == "cuda"
         self.dt = layers_mod.TORCH_DTYPES[c.dtype]
         self.run_base = torch.cuda.memory_allocated() if self.cuda else 0
+        self.prof: Optional[Profile] = None  # the run request's "profile" (SUT.execute sets it after the build)
         # the run's observer, before the model: its layers report to it (attach_observer)
         self.obs = MaskObserver(self.dev, self.site_resolver)
         self.pos = self.obs.position
@@ -117,13 +120,20 @@ class Runner:
 
     def sync(self) -> None:
         if self.cuda:
-            torch.cuda.synchronize()
+            if self.prof is None:
+                torch.cuda.synchronize()
+                return
+            with self.prof.phase("sync_ms"):
+                torch.cuda.synchronize()
 
     def load_data(self, step: int) -> None:
-        with torch.no_grad():
-            for m in range(self.case.microbatches):
-                self.inp[m].copy_(self.data.inputs[(step, m)].to(self.dev, self.dt))
-                self.tgt[m].copy_(self.data.targets[(step, m)].to(self.dev, self.dt))
+        with profile_phase(self.prof, "h2d_ms"):
+            with torch.no_grad():
+                for m in range(self.case.microbatches):
+                    self.inp[m].copy_(self.data.inputs[(step, m)].to(self.dev, self.dt))
+                    self.tgt[m].copy_(self.data.targets[(step, m)].to(self.dev, self.dt))
+            if self.prof is not None and self.cuda:
+                torch.cuda.synchronize()  # profiling only: the copies are the copies' time, not the step's
 
     def call_eager(self, l: int, m: int, x: torch.Tensor) -> torch.Tensor:
         return self.model.layers[l](x)
@@ -204,6 +214,7 @@ class Runner:
             self.sync()
             return StepRecord(step, phase, [], [], (time.perf_counter() - t0) * 1e3, [], [], [], self.graphs.take_replays())
         self.sync()
+        t_d2h = time.perf_counter() if self.prof is not None else 0.0
         # recap stores a loss as fp32 (accumulated in double): report the double rounded to fp32
         vals = [to_f32(float(l.item())) if l is not None else float("nan") for l in losses]
         grads_mb = [[g.detach().float().cpu().clone() for g in row] for row in self.gbuf]
@@ -212,6 +223,8 @@ class Runner:
         layout = getattr(self.model, "recap_layout", None)
         params = [(layout(i, p.detach()) if layout else p.detach()).float().cpu().clone()
                   for i, p in enumerate(self.params)]
+        if self.prof is not None:
+            self.prof.add("d2h_ms", (time.perf_counter() - t_d2h) * 1e3)
         masks = self.obs.collect(graph_keys)
         # the graph pools after the step: a pool that grows from one replay to the next leaks
         pools, used = pool_figures() if self.cuda else (0, 0)
@@ -219,6 +232,12 @@ class Runner:
                           self.graphs.take_replays(), pools, used)
 
     def eager_step(self, step: int, phase: str, on_side: bool = False) -> StepRecord:
+        if self.prof is None:
+            return self._eager_step(step, phase, on_side)
+        with self.prof.phase("warmup_ms" if phase == "warmup" else "eager_steps_ms"):
+            return self._eager_step(step, phase, on_side)
+
+    def _eager_step(self, step: int, phase: str, on_side: bool) -> StepRecord:
         t0 = time.perf_counter()
         self.pos.set(phase=phase, step=step)
         self.load_data(step)
@@ -241,6 +260,12 @@ class Runner:
         return self.body(self.call_replay)
 
     def replay_step(self, step: int) -> StepRecord:
+        if self.prof is None:
+            return self._replay_step(step)
+        with self.prof.phase("replay_ms"):
+            return self._replay_step(step)
+
+    def _replay_step(self, step: int) -> StepRecord:
         t0 = time.perf_counter()
         self.pos.set(phase="replay", step=step)
         self.load_data(step)
@@ -276,6 +301,8 @@ class Runner:
         """The memory figures of the graphs just made: the capture's peak above the run's base,
         the activations the graphs hold, the bytes of the graph pools."""
         self.capture_ms = (time.perf_counter() - self._build_t0) * 1e3
+        if self.prof is not None:
+            self.prof.add("capture_ms", self.capture_ms)
         m = self.record.memory
         m["capture_peak_bytes"] = int(max(0, torch.cuda.max_memory_allocated() - self.run_base))
         m["activations_in_graphs_bytes"] = int(activations)

@@ -22,6 +22,7 @@ from . import replies  # noqa: E402
 from .errors import BuildFailure, RequestError, SkipCase  # noqa: E402
 from .leaks import collect_between_cases, leak_report, memory_trace, release_stray_graphs  # noqa: E402
 from .observe.graphs import GraphObserver  # noqa: E402
+from .profile import Profile, phase  # noqa: E402
 from .protocol import Frame  # noqa: E402
 from .records import RunData, RunRecord, build_failure_record, first_difference, read_run_data  # noqa: E402
 from .runner import Runner  # noqa: E402
@@ -189,6 +190,9 @@ class SUT:
         rid = request.get("id")
         if "case" not in request:
             raise RequestError("run: missing 'case'")
+        # "profile": true (PROTOCOL.md): this run's phases in the reply's timings.profile
+        prof = Profile() if request.get("profile", False) is True else None
+        t_parse = time.perf_counter()
         try:
             c = case_mod.parse_case(request["case"], extension_styles=case_mod.EXTENSION_STYLES)
         except case_mod.CaseError as e:
@@ -196,6 +200,8 @@ class SUT:
         data = read_run_data(c, frames)
         mask_frames = bool(request.get("mask_frames", False))
         names = [p.name for p in case_mod.param_infos(c)]
+        if prof is not None:
+            prof.add("parse_ms", (time.perf_counter() - t_parse) * 1e3)
         reason = self.why_skipped(c)
         if reason:
             return replies.skipped(rid, names, reason, 0.0)
@@ -204,19 +210,32 @@ class SUT:
             first = None
             if request.get("determinism_check", False):
                 ec = c.with_executor("eager")
-                r1 = self.execute(ec, data)
+                # an eager case's first run is the case's own (its phases are the case's); the other
+                # run, and both for a graphed case, are the check's
+                if c.executor == "eager":
+                    r1 = self.execute(ec, data, prof)
+                else:
+                    with phase(prof, "determinism_check_ms"):
+                        r1 = self.execute(ec, data)
                 if r1.fatal:
                     return replies.observation(rid, r1, "failed", mask_frames, t0)
-                r2 = self.execute(ec, data)
-                diff = first_difference(r1, r2)
+                with phase(prof, "determinism_check_ms"):
+                    r2 = self.execute(ec, data)
+                    diff = first_difference(r1, r2)
                 if diff:
                     return replies.skipped(rid, names, f"nondeterministic: {diff}", (time.perf_counter() - t0) * 1e3)
                 if c.executor == "eager":
                     first = r1
-            rec = first if first is not None else self.execute(c, data)
+            rec = first if first is not None else self.execute(c, data, prof)
         except SkipCase as e:
             return replies.skipped(rid, names, str(e), (time.perf_counter() - t0) * 1e3)
-        return replies.observation(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
+        if prof is None:
+            return replies.observation(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
+        with prof.phase("encode_ms"):
+            h, out = replies.observation(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
+        prof.ms["run_ms"] = (time.perf_counter() - t0) * 1e3
+        h["timings"]["profile"] = dict(prof.ms)
+        return h, out
 
     # -- a measure request (recap tradeoff) --
 
@@ -286,18 +305,23 @@ class SUT:
         torch.cuda.empty_cache()
         return 2.0 * n * n * n * iters / (ms * 1e-3) / 1e12, ""
 
-    def execute(self, c: case_mod.Case, data: RunData) -> RunRecord:
+    def execute(self, c: case_mod.Case, data: RunData, prof: Optional[Profile] = None) -> RunRecord:
         runner = None
         try:
             try:
-                runner = self.make_runner(c, data)
+                with phase(prof, "model_build_ms"):
+                    runner = self.make_runner(c, data)
+                    if prof is not None and self.device.type == "cuda":
+                        torch.cuda.synchronize()  # profiling only: the build owns its uploads
             except BuildFailure as e:
                 return build_failure_record(c, e)
+            runner.prof = prof
             return runner.run()
         finally:
             del runner
-            self.between_cases()
-            self.after_case(c)
+            with phase(prof, "cleanup_ms"):
+                self.between_cases()
+                self.after_case(c)
 
     def after_case(self, c: case_mod.Case) -> None:
         """Frees what the case left and says on stderr when memory stays held (a leak)."""

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/base/profile.h"
 #include "harness/device/accounting.h"
 
 namespace recap::device::cuda {
@@ -147,6 +148,7 @@ class CudaDevice final : public Device {
   }
 
   Status stream_synchronize(Stream s) override {
+    profile::Scope prof(profile::kSync);
     cudaStream_t st = nullptr;
     if (!find_stream(s, &st)) return refuse(Status::InvalidResourceHandle);
     return to_status(cudaStreamSynchronize(st));
@@ -235,6 +237,7 @@ class CudaDevice final : public Device {
   }
 
   Status event_synchronize(Event ev) override {
+    profile::Scope prof(profile::kSync);
     cudaEvent_t ce = nullptr;
     if (!find_event(ev, &ce)) return refuse(Status::InvalidResourceHandle);
     return to_status(cudaEventSynchronize(ce));
@@ -329,6 +332,9 @@ class CudaDevice final : public Device {
   }
 
   Status memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) override {
+    profile::Scope prof(kind == CopyKind::HostToDevice   ? profile::kH2D
+                        : kind == CopyKind::DeviceToHost ? profile::kD2H
+                                                         : nullptr);
     return to_status(cudaMemcpy(dst, src, bytes, static_cast<cudaMemcpyKind>(static_cast<int>(kind))));
   }
 
@@ -559,7 +565,10 @@ class CudaDevice final : public Device {
   }
 
   // ---- device-wide ----------------------------------------------------------------------
-  Status device_synchronize() override { return to_status(cudaDeviceSynchronize()); }
+  Status device_synchronize() override {
+    profile::Scope prof(profile::kSync);
+    return to_status(cudaDeviceSynchronize());
+  }
   Status get_last_error() override { return to_status(cudaGetLastError()); }
   Status peek_at_last_error() override { return to_status(cudaPeekAtLastError()); }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "harness/base/profile.h"
 #include "harness/device/sim/sim_impl.h"
 
 namespace recap::device::sim {
@@ -166,6 +167,7 @@ WorkRef SimDevice::issue(const std::vector<WorkRef>& deps, uint32_t lane, const 
   }
   if (body) {
     body = [this, run = std::move(body)] {
+      profile::Scope prof(profile::kSimWork);  // sim runs the device's work on the host thread that waits
       running_work_on_ = this_thread_key();
       run();
       running_work_on_ = 0;
@@ -297,6 +299,7 @@ Status SimDevice::check_host_stream_access(StreamState* st) {
 }
 
 Status SimDevice::stream_synchronize(Stream s) {
+  profile::Scope prof(profile::kSync);
   return call([&] {
     StreamState* st = find_stream(s);
     if (Status r = check_host_stream_access(st); !ok(r)) return r;
@@ -383,6 +386,7 @@ Status SimDevice::event_query(Event e) {
 }
 
 Status SimDevice::event_synchronize(Event e) {
+  profile::Scope prof(profile::kSync);
   return call([&] {
     EventState* ev = find_event(e);
     if (Status r = check_host_event_access(ev); !ok(r)) return r;
@@ -549,6 +553,7 @@ Status SimDevice::issue_on_legacy_and_wait(const Op& op) {
 }
 
 Status SimDevice::memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  profile::Scope prof(kind == CopyKind::HostToDevice ? profile::kH2D : kind == CopyKind::DeviceToHost ? profile::kD2H : nullptr);
   return call([&] {
     if (Status r = check_copy_args(dst, src, bytes, kind); !ok(r)) return r;
     // Eager during a capture, unless a blocking stream captures (906).
@@ -626,6 +631,7 @@ Status SimDevice::launch_host_func(Stream s, std::function<void()> fn) {
 // ---- device-wide ----------------------------------------------------------------------------
 
 Status SimDevice::device_synchronize() {
+  profile::Scope prof(profile::kSync);
   return call([&] {
     // 900 in every mode, from any thread, while any capture is in progress; all are invalidated.
     if (!captures_.empty()) {
