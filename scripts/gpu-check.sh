@@ -40,6 +40,12 @@ echo "===== naive" >> "$out/fuzz-cuda.log"
 [ $? -eq 1 ] || status=1
 grep -E "by disposition|throughput|capture_clean" "$out/fuzz-cuda.log"
 
+# Workers that survive the GPU (issue 21, point 4): three planted worker faults in a 240-case torch
+# campaign, against the same campaign without them (its own folder, packed into its own all.tgz).
+RECAP_BIN="$build/harness/cli/recap" OUT="$out/worker-faults" scripts/gpu-worker-faults.sh 240 5 \
+  > "$out/worker-faults.log" 2>&1 || status=1
+tail -n 2 "$out/worker-faults.log"
+
 # Every gtest binary (gpu tests run here instead of skipping), into one log: the device tool
 # brings back at most 8 files.
 : > "$out/tests.log"
