@@ -9,7 +9,8 @@
 # every other case, counterexample and corpus file is the clean run's (scripts/worker-faults-compare.py).
 #   scripts/gpu-worker-faults.sh [CASES] [JOBS]       # there, from the tree's root
 # Environment: RECAP_BIN (default .device/slim/harness/cli/recap, else build-gpu/harness/cli/recap),
-# SEED (1), CHUNK_CASES (10), SHRINK_LIMIT (10), RECAP_CUDA_MEMORY_FRACTION (0.9 / JOBS), OUT
+# SEED (1), CHUNK_CASES (10), SHRINK_LIMIT (10), RECAP_CUDA_MEMORY_FRACTION (0.9 / JOBS), BACKEND
+# (cuda; sim for a dry run of the script on a machine without a GPU: the workers then run on the CPU), OUT
 # (default gpu-logs; packed into all.tgz by scripts/gpu-out.sh). Writes clean.{json,log},
 # faulted.{json,log}, picked.txt, compare.txt, both corpora, machine.txt. Exit 0 when it holds.
 set -uo pipefail
@@ -25,10 +26,10 @@ export RECAP_WORKER_STDERR=1
 # every worker capped to its share of the GPU: memory-cap exhausts its own cap, not the others' memory
 export RECAP_CUDA_MEMORY_FRACTION="${RECAP_CUDA_MEMORY_FRACTION:-$(python3 -c "print(round(0.9 / $jobs, 3))")}"
 export PYTHONPATH="$PWD/drivers${PYTHONPATH:+:$PYTHONPATH}"
-{ nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__)'
+{ nvidia-smi -L 2>&1 || true; python3 -c 'import torch; print("torch", torch.__version__)'
   echo "commit ${RECAP_GIT_COMMIT:-${RECAP_COMMIT:-?}}; $cases cases, $jobs jobs, RECAP_CUDA_MEMORY_FRACTION=$RECAP_CUDA_MEMORY_FRACTION"; } \
   > "$o/machine.txt" 2>&1
-args=(--sut torch --backend cuda --seed "${SEED:-1}" --cases "$cases" --jobs "$jobs" --chunk-cases "${CHUNK_CASES:-10}"
+args=(--sut torch --backend "${BACKEND:-cuda}" --seed "${SEED:-1}" --cases "$cases" --jobs "$jobs" --chunk-cases "${CHUNK_CASES:-10}"
       --shrink-limit "${SHRINK_LIMIT:-10}" --case-timeout 300 --worker-env "PYTHONPATH=$PYTHONPATH")
 [ -f corpus/known-findings/torch-2.11.json ] && args+=(--known-findings corpus/known-findings/torch-2.11.json)
 

@@ -4,6 +4,8 @@ fires in its case only, as documented."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -51,9 +53,12 @@ class ParseTest(unittest.TestCase):
         try:
             wf.FAULTS.clear()
             wf.FAULTS[wf.case_digest(A)[:12]] = "memory-cap"
-            wf.arm(B)
-            self.assertEqual(wf.pending, "")
-            wf.arm(A)
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                wf.arm(B)
+                self.assertEqual(wf.pending, "")
+                wf.arm(A)
+            self.assertEqual(err.getvalue(),
+                             f"recap worker: RECAP_WORKER_FAULT armed memory-cap for case {wf.case_digest(A)[:16]}\n")
             self.assertEqual((wf.pending, wf.executor), ("memory-cap", "eager"))
             wf.disarm()
             self.assertEqual(wf.pending, "")
