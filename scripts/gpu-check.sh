@@ -5,8 +5,8 @@
 #   scripts/gpu-check.sh                                 # there
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${OUT:-gpu-logs}"
-mkdir -p "$out"
+. scripts/gpu-out.sh  # $o, packed into one all.tgz on every exit (the device tool brings back 8 files)
+out="$o"
 build="${RECAP_BUILD:-build-gpu}"
 # cuBLAS is linked dynamically (Debian/NVIDIA ship no static one here); the machine image has it.
 export RECAP_CORPUS_DIR="$PWD/corpus"
@@ -58,6 +58,11 @@ for sut in recap torch megatron@0.19.2; do
 done | tee "$prof/profile.txt"
 tar -czf "$out/profile.tar.gz" -C "$prof" .
 rm -rf "$prof"
+# Workers that survive the GPU (issue 21, point 4): three planted worker faults in a 240-case torch
+# campaign, against the same campaign without them (its own folder, packed into its own all.tgz).
+RECAP_BIN="$build/harness/cli/recap" OUT="$out/worker-faults" scripts/gpu-worker-faults.sh 240 5 \
+  > "$out/worker-faults.log" 2>&1 || status=1
+tail -n 2 "$out/worker-faults.log"
 
 # Every gtest binary (gpu tests run here instead of skipping), into one log: the device tool
 # brings back at most 8 files.

@@ -60,6 +60,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if problem:
         print(f"recap_drivers: {problem}", file=sys.stderr)
         return 2
+    # Planted worker faults (core/worker_faults.py): a bad RECAP_WORKER_FAULT is refused here.
+    from .core import worker_faults
+
+    if worker_faults.PROBLEM:
+        print(f"recap_drivers: {worker_faults.PROBLEM}", file=sys.stderr)
+        return 2
+
     def make() -> Any:
         if args.sut == "megatron":
             from .frameworks.megatron.sut import MegatronSUT

@@ -153,8 +153,13 @@ Json WorkerSut::measure_request(Json header) {
     throw std::runtime_error(config_.name + " worker refused the measure request: " + h.value("message", std::string()));
   if (op != "measurement" || h.value("id", int64_t{-1}) != id) throw crash("a measurement for this request expected", 0);
   if (h.value("status", std::string()) == "skipped") throw SkippedBySut(h.value("reason", std::string("no reason given")));
-  // one that asks to retire (its memory grew) has answered: replaced before the next request
-  if (auto r = h.find("retire"); r != h.end() && r->is_boolean() && r->get<bool>()) stop(/*grace_s=*/10);
+  // one that asks to retire (its memory grew), or whose device is unusable (fatal: it exits), has
+  // answered: replaced before the next request
+  for (const char* key : {"retire", "fatal"})
+    if (auto r = h.find(key); r != h.end() && r->is_boolean() && r->get<bool>()) {
+      stop(/*grace_s=*/10);
+      break;
+    }
   return h;
 }
 

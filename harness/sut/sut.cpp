@@ -78,6 +78,15 @@ std::string key_of(const std::string& kv) { return kv.substr(0, kv.find('=')); }
 
 }  // namespace
 
+bool sticky_cuda_error(const std::string& error) {
+  return error == "cudaErrorIllegalAddress" || error == "cudaErrorAssert" || error == "cudaErrorLaunchFailure" ||
+         error == "cudaErrorIllegalInstruction" || error == "cudaErrorMisalignedAddress";
+}
+
+bool out_of_memory_error(const std::string& error) {
+  return error == "cudaErrorMemoryAllocation" || error == "OutOfMemoryError";
+}
+
 std::vector<std::string> environment_with(const std::vector<std::string>& set) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
@@ -217,12 +226,15 @@ void WorkerSut::stop(double grace_s) {
     auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
     while ((r = waitpid(pid_, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const bool ours = r == 0 || timed_out_;  // a SIGKILL from recap: the grace ran out, or the watchdog
     if (r == 0) {
       kill(-pid_, SIGKILL);  // a worker in any state, and what it started: its case is over
       waitpid(pid_, &status, 0);
     }
     last_signal_.clear();
-    if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL) {
+    // A SIGKILL recap did not send is named as any other signal (the kernel's out-of-memory
+    // killer, a worker that killed itself: RECAP_WORKER_FAULT kill-in-capture)
+    if (WIFSIGNALED(status) && (WTERMSIG(status) != SIGKILL || !ours)) {
       const char* abbrev = sigabbrev_np(WTERMSIG(status));
       last_signal_ = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(WTERMSIG(status));
       last_exit_ = "died of signal " + std::to_string(WTERMSIG(status)) + " (" + last_signal_ + ")";
@@ -236,6 +248,7 @@ void WorkerSut::stop(double grace_s) {
 }
 
 bool WorkerSut::exchange(const Message& request, Message* reply) {
+  timed_out_ = false;
   Watchdog dog(pid_, config_.case_timeout_s);
   bool got = false;
   try {
@@ -249,7 +262,8 @@ bool WorkerSut::exchange(const Message& request, Message* reply) {
   } catch (const ProtocolError&) {
     if (!dog.disarm()) throw;  // killed by the watchdog: the broken stream is its doing
   }
-  if (dog.disarm())
+  timed_out_ = dog.disarm();
+  if (timed_out_)
     throw TimedOut("no reply within --case-timeout " + seconds_text(config_.case_timeout_s) + " s (killed)");
   return got;
 }
@@ -357,6 +371,20 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
     if (profile::on())
       if (auto t = obs.header.find("timings"); t != obs.header.end() && t->is_object())
         if (auto p = t->find("profile"); p != t->end() && p->is_object()) out.worker_profile = *p;
+    // A fatal reply: the worker's device is unusable and it exits (status 3) after it. It is
+    // replaced before the next case, which would otherwise find it gone; when the failure is a
+    // sticky CUDA error (the CUDA context is lost) the case is `crashed` with that error as its
+    // reason, else the run's own verdict stands (a failed capture that left the generator unusable).
+    if (auto f = obs.header.find("fatal"); f != obs.header.end() && f->is_boolean() && f->get<bool>()) {
+      stop(/*grace_s=*/10);
+      if (out.result.failure && sticky_cuda_error(out.result.failure->error)) {
+        const std::string tail = stderr_tail();
+        throw WorkerCrash(config_.name + " worker: the CUDA context is lost: " + out.result.failure->line() +
+                              " (the worker " + last_exit_ + ")" + tail,
+                          out.result.failure->error);
+      }
+      return out;
+    }
     // A worker that asks to retire (its memory grew across cases) has answered: it is replaced
     // before the next case, not mid-case.
     if (auto r = obs.header.find("retire"); r != obs.header.end() && r->is_boolean() && r->get<bool>()) stop(/*grace_s=*/10);

@@ -80,6 +80,12 @@ struct WorkerCrash : std::runtime_error {
   WorkerCrash(const std::string& what, std::string sig) : std::runtime_error(what), signal(std::move(sig)) {}
   std::string signal;
 };
+// A CUDA error after which the process's context is unusable (drivers/recap_drivers/core/
+// cuda_errors.py STICKY): a worker's fatal reply with one is a crash of its case, not a run failure.
+bool sticky_cuda_error(const std::string& error);
+// An error name a worker reports for an allocator that ran out: cudaErrorMemoryAllocation, or
+// OutOfMemoryError (torch's class; its CPU allocator's refusal). The case is `out-of-memory`.
+bool out_of_memory_error(const std::string& error);
 
 // What a run is asked to send beyond the observation every system sends. The oracles decide it
 // (properties/oracles/: what the selected oracles read); a system sends what it can.
@@ -181,6 +187,7 @@ class WorkerSut : public Sut {
   std::unordered_set<std::string> checked_eager_;  // eager forms already run twice (determinism_check)
   std::string last_exit_;
   std::string last_signal_;  // "SIGSEGV" when a signal ended it, else ""
+  bool timed_out_ = false;   // the last exchange's watchdog killed the worker (its SIGKILL is recap's)
   SutInfo info_;
 };
 

@@ -48,7 +48,7 @@ std::optional<CheckResult> capture_clean_of_unjudged_run(const Run& own) {
     c.cuda_error = "DriverError";  // the error kind: its own bucket
     return c;
   }
-  if (r.failure && r.failure->error == "cudaErrorMemoryAllocation") {  // nothing can be judged (Disposition)
+  if (r.failure && sut::out_of_memory_error(r.failure->error)) {  // nothing can be judged (Disposition)
     CheckResult c = bad("capture_clean", Disposition::OutOfMemory, "out of device memory: " + r.failure->line());
     c.api = r.failure->api;
     c.cuda_error = r.failure->error;

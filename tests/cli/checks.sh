@@ -670,6 +670,44 @@ PY
   rc=$?; cat r2.txt
   [ "$rc" -eq 1 ] && grep -q "DIFFERS: verdict passed" r2.txt || fail "without its mutant the kill should pass (exit 1, DIFFERS), got $rc"
   ;;
+fuzz_sut_torch_worker_faults)
+  # Workers that survive the GPU (issue 21, point 4), on torch's CPU driver: a campaign (--jobs 2)
+  # without faults, then once per planted worker fault (RECAP_WORKER_FAULT, drivers/PROTOCOL.md
+  # "Planted worker faults") aimed at one case of it, chosen from the clean report (passed, the last
+  # case of its chunk: drivers/recap_drivers/core/worker_faults.py pick). Each fault costs its case
+  # only: that case is `crashed` (lost-context: the sticky error named; kill-in-capture: SIGKILL and
+  # where) or `out-of-memory`, every other case's report equals the clean run's (report-canon.py's
+  # fields), all cases ran, the crashed case is confirmed on a fresh worker and written, the clean
+  # corpus is all there. Exit 1 with a crashed case, 0 with an out-of-memory one (not a failure).
+  # Skipped (77) where torch is not importable.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  args="--sut torch --worker-python $py --backend sim --seed 6 --cases 24 --chunk-cases 4 --jobs 2 --shrink-limit 1"
+  start=$(date +%s)
+  "$recap" fuzz $args --corpus-dir clean --report clean.json > clean.txt 2> clean.err
+  rc=$?; cat clean.txt
+  [ "$rc" -eq 0 ] || { tail -5 clean.err; fail "without faults: exit $rc, expected 0"; }
+  PYTHONPATH="$src/drivers" "$py" -m recap_drivers.core.worker_faults pick clean.json \
+    lost-context kill-in-capture memory-cap > picked.txt || fail "no cases to fault"
+  cat picked.txt
+  while read -r kind index digest; do
+    "$recap" fuzz $args --worker-env "RECAP_WORKER_FAULT=$kind@$digest" --corpus-dir "$kind" --report "$kind.json" \
+      > "$kind.txt" 2> "$kind.err" < /dev/null
+    rc=$?; cat "$kind.txt"
+    want=1; [ "$kind" = memory-cap ] && want=0
+    [ "$rc" -eq "$want" ] || { tail -5 "$kind.err"; fail "$kind: exit $rc, expected $want"; }
+    "$py" "$src/scripts/worker-faults-compare.py" clean.json clean "$kind.json" "$kind" "$kind:$index" ||
+      fail "$kind: the faulted case or the others"
+    # on the CPU: where each fired, and the CPU allocator's refusal (the GPU's text is CUDA's)
+    case $kind in
+      lost-context) grep -q "torch worker: the CUDA context is lost: eager step failed in the forward of .*: CUDA error: device-side assert triggered.*\[cudaErrorAssert\] (the worker exited with status 3)" "$kind.json" ;;
+      kill-in-capture) grep -q "RECAP_WORKER_FAULT kill-in-capture: SIGKILL in step [0-9]* (eager), after the forward of .*: this case makes no capture (a CPU worker)" "$kind.json" ;;
+      memory-cap) grep -q "out of device memory: eager step failed in the forward of .*DefaultCPUAllocator: can't allocate memory.*\[OutOfMemoryError\]" "$kind.json" ;;
+    esac || fail "$kind: the reason in the report"
+  done < picked.txt
+  took=$(( $(date +%s) - start ))
+  echo "four campaigns in $took s"
+  ;;
 sut_torch_planted_faults)
   # No verdict without evidence, on a real torch (CPU): planted driver faults (RECAP_DRIVER_FAULT,
   # drivers/PROTOCOL.md) make the driver report less than happened; each must turn the check that

@@ -94,6 +94,112 @@ TEST(WorkerSut, AHelloIsKeptAndARunNotAnsweredInTimeIsACrashWithItsReason) {
 }
 
 
+// A fake worker that answers hello, then answers every run with REPLY (its id put in) and does
+// what AFTER says; each start appends a line to COUNT, so a test sees when a new worker started.
+WorkerConfig fake_runs(const std::string& reply, const std::string& after, const std::string& count) {
+  return shell("echo start >> " + count +
+               "; while read line; do case \"$line\" in *'\"hello\"'*) echo '{\"op\":\"hello\",\"protocol\":"
+               "\"recap.worker/1\",\"sut\":\"fake\",\"version\":\"1\",\"device\":\"none\",\"capabilities\":{}}';; *) "
+               "id=$(echo \"$line\" | sed 's/.*\"id\":\\([0-9]*\\).*/\\1/'); echo '" + reply +
+               "' | sed \"s/ID/$id/\"; " + after + ";; esac; done");
+}
+
+training::CaseSpec one_linear() {
+  training::CaseSpec spec;
+  spec.model.layers.push_back({});
+  spec.model.layers[0].kind = "linear";
+  spec.layers.push_back({});
+  return spec;
+}
+
+size_t lines_of(const std::string& path) {
+  std::ifstream in(path);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+const std::string kFailedObservation =
+    "{\"op\":\"observation\",\"id\":ID,\"status\":\"failed\",\"reason\":\"r\",\"param_names\":[],\"steps\":[],"
+    "\"memory\":{},\"failure\":{\"phase\":\"eager\",\"pass\":\"forward\",\"layer\":\"linear0\",\"microbatch\":0,"
+    "\"step\":0,\"api\":\"\",\"error\":\"ERROR\",\"message\":\"MESSAGE\"},\"fatal\":true}";
+
+std::string failed_fatal(const std::string& error, const std::string& message) {
+  std::string r = kFailedObservation;
+  r.replace(r.find("ERROR"), 5, error);
+  r.replace(r.find("MESSAGE"), 7, message);
+  return r;
+}
+
+// A fatal reply with a sticky CUDA error (the worker's CUDA context is lost; it exits with status
+// 3): the case is a crash naming the error, the error its bucket's, and the next case gets a new
+// worker (drivers/PROTOCOL.md 4d).
+TEST(WorkerSut, AFatalReplyWithAStickyErrorIsACrashAndTheWorkerIsReplaced) {
+  const std::string count = ::testing::TempDir() + "recap_fatal_sticky_starts.txt";
+  std::remove(count.c_str());
+  WorkerSut w(fake_runs(failed_fatal("cudaErrorAssert", "CUDA error: device-side assert triggered"),
+                        "echo 'recap worker: exiting after a fatal device error' >&2; exit 3", count));
+  for (int k = 0; k < 2; ++k) {
+    std::string e, sig;
+    try {
+      w.run(one_linear(), {});
+    } catch (const WorkerCrash& x) {
+      e = x.what();
+      sig = x.signal;
+    }
+    EXPECT_EQ(e, "fake worker: the CUDA context is lost: eager step failed in the forward of linear0, microbatch 0 (step 0): "
+                 "CUDA error: device-side assert triggered [cudaErrorAssert] (the worker exited with status 3); "
+                 "stderr: recap worker: exiting after a fatal device error");
+    EXPECT_EQ(sig, "cudaErrorAssert");
+    EXPECT_EQ(lines_of(count), static_cast<size_t>(k + 1));  // a new worker for each case
+  }
+}
+
+// A fatal reply without a sticky error (megatron's generator left unusable by a failed capture):
+// the run's own failure stands, and the worker is replaced before the next case, which would
+// otherwise find it gone.
+TEST(WorkerSut, AFatalReplyWithoutAStickyErrorKeepsTheFailureAndReplacesTheWorker) {
+  const std::string count = ::testing::TempDir() + "recap_fatal_plain_starts.txt";
+  std::remove(count.c_str());
+  WorkerSut w(fake_runs(failed_fatal("RuntimeError", "Offset increment outside graph capture"), "exit 3", count));
+  for (int k = 0; k < 2; ++k) {
+    SutRun r = w.run(one_linear(), {});
+    ASSERT_TRUE(r.result.failure.has_value());
+    EXPECT_EQ(r.result.failure->error, "RuntimeError");
+    EXPECT_EQ(lines_of(count), static_cast<size_t>(k + 1));
+  }
+}
+
+// A worker killed by a SIGKILL recap did not send (the kernel's out-of-memory killer, or the
+// planted kill-in-capture) is a crash that names it; recap's own SIGKILL (the case timeout) is
+// "ended by recap" (AHelloNotAnsweredInTimeKillsTheWorker).
+TEST(WorkerSut, ASigkillRecapDidNotSendIsNamed) {
+  const std::string count = ::testing::TempDir() + "recap_sigkill_starts.txt";
+  std::remove(count.c_str());
+  WorkerSut w(shell("read line; echo '{\"op\":\"hello\",\"protocol\":\"recap.worker/1\",\"sut\":\"fake\",\"version\":\"1\","
+                    "\"device\":\"none\",\"capabilities\":{}}'; read line; echo 'SIGKILL in the capture' >&2; kill -KILL $$"));
+  std::string e, sig;
+  try {
+    w.run(one_linear(), {});
+  } catch (const WorkerCrash& x) {
+    e = x.what();
+    sig = x.signal;
+  }
+  EXPECT_EQ(e, "fake worker: the worker closed its output (the worker died of signal 9 (SIGKILL)); stderr: SIGKILL in the capture");
+  EXPECT_EQ(sig, "SIGKILL");
+}
+
+TEST(WorkerSut, StickyAndOutOfMemoryErrorNames) {
+  for (const char* e : {"cudaErrorIllegalAddress", "cudaErrorAssert", "cudaErrorLaunchFailure", "cudaErrorIllegalInstruction",
+                        "cudaErrorMisalignedAddress"})
+    EXPECT_TRUE(sticky_cuda_error(e)) << e;
+  for (const char* e : {"", "RuntimeError", "cudaErrorMemoryAllocation", "cudaErrorStreamCaptureInvalidated"})
+    EXPECT_FALSE(sticky_cuda_error(e)) << e;
+  EXPECT_TRUE(out_of_memory_error("cudaErrorMemoryAllocation"));
+  EXPECT_TRUE(out_of_memory_error("OutOfMemoryError"));
+  EXPECT_FALSE(out_of_memory_error("RuntimeError"));
+}
+
 // determinism_check is asked once per eager form of a case: a graphed case and its eager twin
 // share one check; another case gets its own. The worker here logs each request and refuses it.
 TEST(WorkerSut, DeterminismIsCheckedOncePerEagerForm) {

@@ -10,6 +10,7 @@
   runner     one execution of a case: steps, failure-and-recover, memory figures
   sut        the SUT base: device set-up, the run request, cleaning up between cases
   cuda_errors, tracebacks, leaks   CUDA error names, failure locators, leak tracing
+  worker_faults  planted worker faults (RECAP_WORKER_FAULT): a lost context, a SIGKILL, memory
 
 frameworks/ builds on this package; nothing here imports a framework module.
 """

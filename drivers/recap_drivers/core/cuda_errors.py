@@ -41,6 +41,18 @@ def cuda_error_name(message: str) -> str:
     return ""
 
 
+# What a worker reports as an exhausted allocator besides cudaErrorMemoryAllocation (PROTOCOL.md,
+# "observation"): torch's class for it; the CPU allocator raises a RuntimeError with this text.
+OUT_OF_MEMORY = ("cudaErrorMemoryAllocation", "OutOfMemoryError")
+
+
+def host_out_of_memory(message: str) -> str:
+    """"OutOfMemoryError" when torch's CPU allocator refused an allocation (a RuntimeError, torch
+    2.11: "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes. Error code 12
+    (Cannot allocate memory)"), else ""."""
+    return "OutOfMemoryError" if "DefaultCPUAllocator: can't allocate memory" in message else ""
+
+
 def cuda_api_name(message: str) -> str:
     for m in re.finditer(r"\b(cuda[A-Z][A-Za-z]+)\b", message):
         if not m.group(1).startswith("cudaError"):

@@ -22,7 +22,8 @@ import torch
 
 from .. import case as case_mod
 from . import layers as layers_mod
-from .cuda_errors import STICKY, cuda_api_name, cuda_error_name, one_line, root_exception
+from . import worker_faults
+from .cuda_errors import STICKY, cuda_api_name, cuda_error_name, host_out_of_memory, one_line, root_exception
 from .leaks import allocation_sites
 from .observe.graphs import pool_bytes, pool_figures
 from .observe.masks import MaskObserver
@@ -125,6 +126,8 @@ class Runner:
                 return
             with self.prof.phase("sync_ms"):
                 torch.cuda.synchronize()
+        elif worker_faults.lost:  # the planted lost context, emulated on the CPU: as CUDA would
+            raise RuntimeError(worker_faults.lost)
 
     def load_data(self, step: int) -> None:
         with profile_phase(self.prof, "h2d_ms"):
@@ -162,6 +165,8 @@ class Runner:
                 for l in range(len(c.layers)):
                     self.pos.set(pass_="forward", layer=self.layer_names[l])
                     x = call_layer(l, m, x)
+                    if worker_faults.pending and l == 0:  # a planted worker fault (PROTOCOL.md)
+                        worker_faults.at_forward(self)
                 self.pos.set(layer="loss")
                 losses[m] = layers_mod.mse_loss(x, self.tgt[m])
                 del x
@@ -316,7 +321,7 @@ class Runner:
         root = root_exception(e)
         msg = one_line(str(root) or type(root).__name__)
         full = str(root) + " " + str(e)
-        err = cuda_error_name(full) or type(root).__name__
+        err = cuda_error_name(full) or host_out_of_memory(full) or type(root).__name__
         pos = self.pos
         f: Dict[str, Any] = {"phase": phase, "pass": pos.pass_, "layer": pos.layer, "microbatch": pos.microbatch,
                              "step": pos.step, "api": cuda_api_name(full), "error": err, "message": msg}

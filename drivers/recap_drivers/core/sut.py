@@ -18,7 +18,8 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA initi
 import torch  # noqa: E402
 
 from .. import case as case_mod  # noqa: E402
-from . import replies  # noqa: E402
+from . import replies, worker_faults  # noqa: E402
+from .cuda_errors import OUT_OF_MEMORY, cuda_error_name, one_line  # noqa: E402
 from .errors import BuildFailure, RequestError, SkipCase  # noqa: E402
 from .leaks import collect_between_cases, leak_report, memory_trace, release_stray_graphs  # noqa: E402
 from .observe.graphs import GraphObserver  # noqa: E402
@@ -187,6 +188,15 @@ class SUT:
     # -- a run request --
 
     def run(self, request: Dict[str, Any], frames: List[Frame]) -> Tuple[Dict[str, Any], List[Frame]]:
+        if not worker_faults.FAULTS:
+            return self.serve_run(request, frames)
+        worker_faults.arm(request.get("case"))  # a planted worker fault for this case (PROTOCOL.md)
+        try:
+            return self.serve_run(request, frames)
+        finally:
+            worker_faults.disarm()
+
+    def serve_run(self, request: Dict[str, Any], frames: List[Frame]) -> Tuple[Dict[str, Any], List[Frame]]:
         rid = request.get("id")
         if "case" not in request:
             raise RequestError("run: missing 'case'")
@@ -206,6 +216,12 @@ class SUT:
         if reason:
             return replies.skipped(rid, names, reason, 0.0)
         t0 = time.perf_counter()
+        if worker_faults.lost:  # the planted lost context, emulated on the CPU: nothing runs any more
+            rec = RunRecord(names, [tuple(p.shape) for p in case_mod.param_infos(c)])
+            rec.failure = {"phase": "build", "pass": "", "layer": "", "microbatch": -1, "step": -1, "api": "",
+                           "error": cuda_error_name(worker_faults.lost), "message": one_line(worker_faults.lost)}
+            rec.fatal = True
+            return replies.observation(rid, rec, "failed", mask_frames, t0)
         try:
             first = None
             if request.get("determinism_check", False):
@@ -217,7 +233,9 @@ class SUT:
                 else:
                     with phase(prof, "determinism_check_ms"):
                         r1 = self.execute(ec, data)
-                if r1.fatal:
+                # a device that became unusable, or an allocator that ran out, is the case's
+                # failure, not a difference between two runs (the second would run on a fresh heap)
+                if r1.fatal or (r1.failure is not None and r1.failure.get("error") in OUT_OF_MEMORY):
                     return replies.observation(rid, r1, "failed", mask_frames, t0)
                 with phase(prof, "determinism_check_ms"):
                     r2 = self.execute(ec, data)
@@ -316,7 +334,12 @@ class SUT:
             except BuildFailure as e:
                 return build_failure_record(c, e)
             runner.prof = prof
-            return runner.run()
+            rec = runner.run()
+            if rec.failure is not None and rec.failure.get("error") in OUT_OF_MEMORY:
+                # the allocator ran out: what it holds, and the framework's state after a step cut
+                # short, are unknown; a fresh worker serves the next case (PROTOCOL.md, `retire`)
+                self.retire = True
+            return rec
         finally:
             del runner
             with phase(prof, "cleanup_ms"):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .. import worker_faults
+
 
 class GraphObserver:
     """Counts the CUDA graphs a run captures and replays, by label. torch.cuda.CUDAGraph's
@@ -38,6 +40,8 @@ class GraphObserver:
         obs = self
 
         def capture_end(graph: object, *args: Any, **kwargs: Any) -> Any:
+            if worker_faults.pending:  # a planted worker fault (PROTOCOL.md): SIGKILL while capturing
+                worker_faults.at_capture_end(obs.label_of(graph))
             r = end(graph, *args, **kwargs)
             obs._captured(graph)
             return r
@@ -66,9 +70,7 @@ class GraphObserver:
         out, self.replays = self.replays, {}
         return out
 
-    def _captured(self, graph: object) -> None:
-        if not self.active:
-            return
+    def label_of(self, graph: object) -> str:
         label = None
         for r in self.resolvers:
             try:
@@ -77,7 +79,12 @@ class GraphObserver:
                 label = None
             if label:
                 break
-        label = label or self.label or "?"
+        return label or self.label or "?"
+
+    def _captured(self, graph: object) -> None:
+        if not self.active:
+            return
+        label = self.label_of(graph)
         self.captures[label] = self.captures.get(label, 0) + 1
         self._labels[id(graph)] = label
 

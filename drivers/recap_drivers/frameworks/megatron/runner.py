@@ -13,6 +13,7 @@ import torch
 
 from ... import case as case_mod
 from ...core import layers as layers_mod
+from ...core import worker_faults
 from ...core.cuda_errors import one_line, root_exception
 from ...core.errors import BuildFailure
 from ...core.records import RunData, RunRecord
@@ -149,6 +150,8 @@ class MegatronRunner(Runner):
             a0 = self.obs.allocated()
             x = batch["x"].detach().requires_grad_(True)
             y = model(x)
+            if worker_faults.pending:  # a planted worker fault (PROTOCOL.md)
+                worker_faults.at_forward(self)
             state["peak"] = max(state["peak"], max(0, self.obs.allocated() - a0))
             self.pos.set(pass_="backward", layer="")
             t = batch["t"]
