@@ -147,17 +147,12 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
     for (const auto& s : r.steps) {
       if (s.phase == "replay") {
         replay_ms += s.ms;
-        ++nr;
+        if (nr++ == 0) rep.first_replay_step = s.step;
       } else {
         eager_ms += s.ms;
         ++ne;
       }
     }
-    for (const auto& s : r.steps)
-      if (s.phase == "replay") {
-        rep.first_replay_step = s.step;
-        break;
-      }
     if (ne) rep.timings["eager_step_ms"] = eager_ms / ne;
     if (nr) rep.timings["replay_step_ms"] = replay_ms / nr;
     if (r.captured) rep.timings["capture_ms"] = r.capture_ms;

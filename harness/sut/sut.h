@@ -71,8 +71,10 @@ Json measurement_to_json(const Measurement& m);
 Measurement measurement_from_json(const Json& j);
 
 // A system could not run the case as specified (a worker's status "skipped"): its one-line reason.
+// Its reason is never empty: a worker may send "reason": "", and an empty reason reads as "ran"
+// where a Run's `skipped` is tested (properties/oracles/runs.cpp twin_trouble).
 struct SkippedBySut : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit SkippedBySut(const std::string& why) : std::runtime_error(why.empty() ? "no reason given" : why) {}
 };
 // A worker died during the case: `signal` names the signal that killed it ("SIGSEGV"), "" when it
 // exited, hung or talked garbage. The case is `crashed`, its bucket carries the signal.

@@ -89,7 +89,8 @@ class Runs {
   std::map<std::string, std::string> session_notes;
 
  private:
-  const Run& twin(std::optional<Run>& slot, const training::CaseSpec& spec, const char* timing_key);
+  // `name` keys the run in the report: timings[name + "_ms"] and timings.profile.runs[name].
+  const Run& twin(std::optional<Run>& slot, const training::CaseSpec& spec, const std::string& name);
 
   const training::CaseSpec& spec_;
   const OracleOptions& opts_;

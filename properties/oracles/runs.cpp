@@ -152,8 +152,7 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     r.backend = s.backend;
     worker_profile = std::move(s.worker_profile);
   } catch (const sut::SkippedBySut& e) {
-    // Never empty: an empty reason would read as "ran" (a worker may send "reason": "").
-    r.skipped = *e.what() ? e.what() : "no reason given";
+    r.skipped = e.what();  // never empty (SkippedBySut)
   } catch (const runtime::DeviceError& e) {
     if (e.status == device::Status::MemoryAllocation) r.out_of_memory = e.what();  // setting up the case
     else r.crash = e.what();
@@ -210,12 +209,11 @@ CaseSpec without_checkpoints(CaseSpec s) {
 }
 }  // namespace
 
-const Run& Runs::twin(std::optional<Run>& slot, const CaseSpec& spec, const char* timing_key) {
+const Run& Runs::twin(std::optional<Run>& slot, const CaseSpec& spec, const std::string& name) {
   if (!slot) {
     slot = run_on_fresh_device(spec, opts_);
-    report_.timings[timing_key] = slot->ms;
-    std::string name = timing_key;
-    record_run_profile(report_, name.substr(0, name.size() - 3), *slot);  // "eager_twin_ms": "eager_twin"
+    report_.timings[name + "_ms"] = slot->ms;
+    record_run_profile(report_, name, *slot);
   }
   return *slot;
 }
@@ -223,15 +221,15 @@ const Run& Runs::twin(std::optional<Run>& slot, const CaseSpec& spec, const char
 const Run& Runs::eager_twin() {
   CaseSpec e = spec_;
   e.executor = training::ExecutorKind::Eager;
-  return twin(eager_, e, "eager_twin_ms");
+  return twin(eager_, e, "eager_twin");
 }
 
-const Run& Runs::no_checkpoint_twin() { return twin(plain_, without_checkpoints(spec_), "no_checkpoint_twin_ms"); }
+const Run& Runs::no_checkpoint_twin() { return twin(plain_, without_checkpoints(spec_), "no_checkpoint_twin"); }
 
 const Run& Runs::graph_safe_twin() {
   CaseSpec g = spec_;
   g.policy = training::CheckpointPolicy::GraphSafe;
-  return twin(graph_safe_, g, "graph_safe_twin_ms");
+  return twin(graph_safe_, g, "graph_safe_twin");
 }
 
 }  // namespace recap::properties

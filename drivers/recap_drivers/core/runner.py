@@ -121,10 +121,7 @@ class Runner:
 
     def sync(self) -> None:
         if self.cuda:
-            if self.prof is None:
-                torch.cuda.synchronize()
-                return
-            with self.prof.phase("sync_ms"):
+            with profile_phase(self.prof, "sync_ms"):
                 torch.cuda.synchronize()
         elif worker_faults.lost:  # the planted lost context, emulated on the CPU: as CUDA would
             raise RuntimeError(worker_faults.lost)
@@ -237,9 +234,7 @@ class Runner:
                           self.graphs.take_replays(), pools, used)
 
     def eager_step(self, step: int, phase: str, on_side: bool = False) -> StepRecord:
-        if self.prof is None:
-            return self._eager_step(step, phase, on_side)
-        with self.prof.phase("warmup_ms" if phase == "warmup" else "eager_steps_ms"):
+        with profile_phase(self.prof, "warmup_ms" if phase == "warmup" else "eager_steps_ms"):
             return self._eager_step(step, phase, on_side)
 
     def _eager_step(self, step: int, phase: str, on_side: bool) -> StepRecord:
@@ -265,9 +260,7 @@ class Runner:
         return self.body(self.call_replay)
 
     def replay_step(self, step: int) -> StepRecord:
-        if self.prof is None:
-            return self._replay_step(step)
-        with self.prof.phase("replay_ms"):
+        with profile_phase(self.prof, "replay_ms"):
             return self._replay_step(step)
 
     def _replay_step(self, step: int) -> StepRecord:

@@ -247,12 +247,11 @@ class SUT:
             rec = first if first is not None else self.execute(c, data, prof)
         except SkipCase as e:
             return replies.skipped(rid, names, str(e), (time.perf_counter() - t0) * 1e3)
-        if prof is None:
-            return replies.observation(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
-        with prof.phase("encode_ms"):
+        with phase(prof, "encode_ms"):
             h, out = replies.observation(rid, rec, "failed" if rec.failure else "ok", mask_frames, t0)
-        prof.ms["run_ms"] = (time.perf_counter() - t0) * 1e3
-        h["timings"]["profile"] = dict(prof.ms)
+        if prof is not None:
+            prof.ms["run_ms"] = (time.perf_counter() - t0) * 1e3
+            h["timings"]["profile"] = dict(prof.ms)
         return h, out
 
     # -- a measure request (recap tradeoff) --
