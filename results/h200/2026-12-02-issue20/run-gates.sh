@@ -5,7 +5,7 @@
 #  - the upgrade gate: `recap gate` of every version with its own known findings (must pass), and
 #    of every version with the known findings of the one before it (must fail with exactly the
 #    buckets it adds, and list the findings that no longer occur). GATE_CASES generated cases each
-#    (seed 1), the version's corpus/frameworks/megatron-<V>/ replayed first, 1 job each. Coverage is
+#    (seed 1, GATE_JOBS jobs), the version's corpus/frameworks/megatron-<V>/ replayed first. Coverage is
 #    not checked: its requirements are recap's runtime's.
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/2026-12-02-issue20/run-gates.sh
 set -u
@@ -36,7 +36,7 @@ gate() {  # TAG VERSION KNOWN-VERSION
   local tag=$1 v=$2 k=$3 s rc
   s=$(date +%s)
   timeout "${GATE_LIMIT:-480}" "$RECAP_BIN" gate --sut "$(sut "$v")" --backend cuda --corpus "corpus/frameworks/megatron-$v" \
-    --known-findings "corpus/known-findings/megatron-$k.json" --cases "${GATE_CASES:-100}" --seed 1 --jobs 1 --no-coverage \
+    --known-findings "corpus/known-findings/megatron-$k.json" --cases "${GATE_CASES:-100}" --seed 1 --jobs "${GATE_JOBS:-1}" --no-coverage \
     --shrink-limit 8 --case-timeout 120 --worker-env "PYTHONPATH=$(site "$v")" --corpus-dir "$o/gate-$tag" \
     --report "$o/gate-$tag.json" > "$o/gate-$tag.log" 2>&1
   rc=$?

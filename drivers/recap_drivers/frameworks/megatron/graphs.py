@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from ...core.observe.graphs import pool_allocated
 from ...core.runner import Runner
 from ...core.tracebacks import graph_lines
 
@@ -129,15 +130,19 @@ def reset_buffer_reuse(cuda_graphs: Any) -> int:
 class CaptureSpans:
     """Bytes each forward graph capture of Megatron's keeps allocated (its outputs and the
     activations its backward graph reads): torch.cuda.graph's __enter__/__exit__ are wrapped to
-    read torch.cuda.memory_allocated() around captures made while a runner is building; nothing
-    else is changed. The SUT owns one (the wrappers are class-level, installed once). The frame
-    that opened the capture tells forward from backward graphs."""
+    read the bytes allocated in the capture's pool around captures made while a runner is
+    building, less the cuBLAS workspaces the capture made; nothing else is changed. The pool,
+    not memory_allocated(): a tensor of an earlier microbatch or case freed during the capture
+    took a block off the device-wide figure, so the same case read 512 B or 1024 B by what its
+    worker ran before (results/h200/2026-12-02-issue20, "M3's witness"). The SUT owns one (the
+    wrappers are class-level, installed once). The frame that opened the capture tells forward
+    from backward graphs."""
 
     def __init__(self) -> None:
         self.runner: Optional[Runner] = None
         self.forward_bytes = 0
         self._installed = False
-        self._stack: List[Tuple[int, bool]] = []
+        self._stack: List[Tuple[int, int, bool]] = []
 
     def install(self) -> None:
         if self._installed:
@@ -150,15 +155,20 @@ class CaptureSpans:
         def __enter__(this: torch.cuda.graph) -> Any:
             if spans.runner is not None:
                 fwd = sys._getframe(1).f_code.co_name == "create_fwd_graph"
-                spans._stack.append((spans.runner.obs.allocated(), fwd))
+                # a shared pool (Megatron's global mempool) holds blocks already; a private
+                # one is made by capture_begin, empty
+                pools: Tuple[Any, ...] = getattr(this, "pool", ())
+                shared = pools[0] if pools else None
+                spans._stack.append((pool_allocated(shared), spans.runner.obs.hidden_bytes, fwd))
             return enter(this)
 
         def __exit__(this: torch.cuda.graph, *exc: Any) -> Any:
             r = exit_(this, *exc)
             if spans.runner is not None and spans._stack:
-                a0, fwd = spans._stack.pop()
-                if fwd:  # less the cuBLAS workspaces the capture made (MaskObserver.allocated)
-                    spans.forward_bytes += max(0, spans.runner.obs.allocated() - a0)
+                a0, h0, fwd = spans._stack.pop()
+                if fwd:
+                    kept = pool_allocated(this.cuda_graph.pool()) - a0
+                    spans.forward_bytes += max(0, kept - (spans.runner.obs.hidden_bytes - h0))
             return r
 
         setattr(g, "__enter__", __enter__)
