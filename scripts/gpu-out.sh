@@ -5,4 +5,9 @@
 o=$(realpath -m "${OUT:-gpu-logs}")
 mkdir -p "$o"
 pack() { trap - EXIT TERM; tar czf /tmp/all.tgz -C "$o" . && rm -rf "${o:?}"/* && mv /tmp/all.tgz "$o/"; }
-trap pack EXIT TERM
+# Only the outermost script packs: a nested one (run-retriage.sh runs run-campaigns.sh) would leave
+# an all.tgz inside its parent's, which the parent's summary cannot read.
+if [ -z "${RECAP_GPU_OUT_PACKS:-}" ]; then
+  export RECAP_GPU_OUT_PACKS=1
+  trap pack EXIT TERM
+fi
