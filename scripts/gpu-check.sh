@@ -59,7 +59,7 @@ done | tee "$prof/profile.txt"
 tar -czf "$out/profile.tar.gz" -C "$prof" .
 rm -rf "$prof"
 # Workers that survive the GPU (issue 21, point 4): three planted worker faults in a 240-case torch
-# campaign, against the same campaign without them (its own folder, packed into its own all.tgz).
+# campaign, against the same campaign without them (its own folder, inside this script's all.tgz).
 RECAP_BIN="$build/harness/cli/recap" OUT="$out/worker-faults" scripts/gpu-worker-faults.sh 240 5 \
   > "$out/worker-faults.log" 2>&1 || status=1
 tail -n 2 "$out/worker-faults.log"
