@@ -117,16 +117,14 @@ def pool_figures() -> Tuple[int, int]:
 def pool_allocated(pool: Optional[Tuple[int, int]]) -> int:
     """Bytes allocated (blocks a tensor holds) in one graph pool; 0 for none or without CUDA.
     A capture's figure is the difference of this around it: a tensor from outside the pool freed
-    during the capture does not count, as it does in a difference of memory_allocated()."""
+    during the capture does not count, as it does in a difference of memory_allocated(). A failed
+    snapshot raises (unlike pool_figures): a 0 read as "the graph holds nothing" would pass the
+    memory oracle with 0 B against 0 B."""
     import torch
 
     if pool is None or not torch.cuda.is_available():
         return 0
-    try:
-        segs = torch.cuda.memory_snapshot()
-    except Exception:
-        return 0
-    return sum(int(s.get("allocated_size", 0)) for s in segs
+    return sum(int(s.get("allocated_size", 0)) for s in torch.cuda.memory_snapshot()
                if tuple(s.get("segment_pool_id", (0, 0))) == tuple(pool))
 
 
