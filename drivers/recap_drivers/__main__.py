@@ -49,6 +49,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = guard_stdout()
     inp = sys.stdin.buffer
 
+    # The megatron driver's graph-safe recompute option (frameworks/megatron/graph_safe_recompute.py).
+    if args.sut == "megatron":
+        from .frameworks.megatron.version import recompute_requested
+
+        _, problem = recompute_requested()
+        if problem:
+            print(f"recap_drivers: {problem}", file=sys.stderr)
+            return 2
     problem = check_version(*installed(args.sut), args.expect_version)
     if problem:
         print(f"recap_drivers: {problem}", file=sys.stderr)

@@ -317,8 +317,8 @@ def _range(f: str, lo: int, hi: int, got: int) -> str:
 def validate(c: Case) -> str:
     if not 1 <= c.hidden <= 4096:
         return _range("hidden", 1, 4096, c.hidden)
-    if not 1 <= c.tokens <= 4096:
-        return _range("tokens", 1, 4096, c.tokens)
+    if not 1 <= c.tokens <= 8192:
+        return _range("tokens", 1, 8192, c.tokens)
     if not c.layers:
         return "layers: a case needs at least one layer"
     if len(c.layers) > 64:

@@ -144,14 +144,14 @@ std::string check_size(const SizeSpec& s) {
   };
   for (const std::string& e : {range("layers", s.layers, 1, 64), range("hidden", s.hidden, 1, 4096),
                                range("heads", s.heads, 1, 64), range("ffn_hidden", s.ffn_hidden, 0, 16384),
-                               range("seq", s.seq, 1, 4096), range("micro_batch", s.micro_batch, 1, 4096),
+                               range("seq", s.seq, 1, 8192), range("micro_batch", s.micro_batch, 1, 8192),
                                range("microbatches", s.microbatches, 1, 16)})
     if (!e.empty()) return e;
   if (s.hidden % s.heads != 0)
     return "heads " + std::to_string(s.heads) + " does not divide hidden " + std::to_string(s.hidden);
-  if (static_cast<int64_t>(s.seq) * s.micro_batch > 4096)
+  if (static_cast<int64_t>(s.seq) * s.micro_batch > 8192)
     return "seq x micro_batch = " + std::to_string(static_cast<int64_t>(s.seq) * s.micro_batch) +
-           " tokens, over recap.case/1's 4096 tokens";
+           " tokens, over recap.case/1's 8192 tokens";
   if (s.dtype != "fp32" && s.dtype != "bf16") return "dtype must be fp32 or bf16, got '" + one_line(s.dtype, 20) + "'";
   if (!(s.dropout >= 0.0 && s.dropout < 1.0)) return "dropout must be in [0, 1)";
   if (s.name.empty()) return "name must not be empty";
@@ -176,8 +176,8 @@ SizeSpec read_size(const Json& j, const std::string& path) {
   s.hidden = int_field(j, path, "hidden", 1, 4096, 0, true);
   s.heads = int_field(j, path, "heads", 1, 64, 0, true);
   s.ffn_hidden = int_field(j, path, "ffn_hidden", 0, 16384, 0, false);
-  s.seq = int_field(j, path, "seq", 1, 4096, 0, true);
-  s.micro_batch = int_field(j, path, "micro_batch", 1, 4096, 1, false);
+  s.seq = int_field(j, path, "seq", 1, 8192, 0, true);
+  s.micro_batch = int_field(j, path, "micro_batch", 1, 8192, 1, false);
   s.microbatches = int_field(j, path, "microbatches", 1, 16, 1, false);
   if (j.contains("dtype")) {
     if (!j["dtype"].is_string()) throw SweepError{path + ".dtype: must be fp32 or bf16"};
@@ -928,9 +928,9 @@ void add_tradeoff_command(CLI::App& app, Runner* runner) {
   size_flag("--hidden", &a->size.hidden, "Hidden width", 1, 4096);
   size_flag("--heads", &a->size.heads, "Attention heads (dividing --hidden)", 1, 64);
   size_flag("--ffn-hidden", &a->size.ffn_hidden, "The MLP's inner width (0: 4 x hidden)", 0, 16384);
-  size_flag("--seq", &a->size.seq, "Tokens per sequence", 1, 4096);
-  size_flag("--micro-batch", &a->size.micro_batch, "Sequences per micro-batch (tokens = seq x micro-batch, at most 4096)", 1,
-            4096);
+  size_flag("--seq", &a->size.seq, "Tokens per sequence", 1, 8192);
+  size_flag("--micro-batch", &a->size.micro_batch, "Sequences per micro-batch (tokens = seq x micro-batch, at most 8192)", 1,
+            8192);
   size_flag("--microbatches", &a->size.microbatches, "Micro-batches per step (gradient accumulation)", 1, 16);
   cmd->add_option("--dtype", a->size.dtype, "Parameters and activations: fp32 or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}))

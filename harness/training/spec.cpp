@@ -241,7 +241,7 @@ bool CaseSpec::any_checkpoint() const {
 std::string validate(const CaseSpec& s) {
   const auto& m = s.model;
   if (m.hidden < 1 || m.hidden > 4096) return range_error("hidden", 1, 4096, m.hidden);
-  if (m.tokens < 1 || m.tokens > 4096) return range_error("tokens", 1, 4096, m.tokens);
+  if (m.tokens < 1 || m.tokens > 8192) return range_error("tokens", 1, 8192, m.tokens);
   if (m.layers.empty()) return "layers: a case needs at least one layer";
   if (m.layers.size() > 64) return "layers: at most 64 layers, got " + std::to_string(m.layers.size());
   if (s.layers.size() != m.layers.size())

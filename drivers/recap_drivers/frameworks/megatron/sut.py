@@ -20,6 +20,7 @@ from .api import ROLE_TO_MODULE, Api, gelu_tanh, megatron_version
 from .graphs import CaptureSpans, reset_buffer_reuse
 from .pool_uses import PoolUses
 from .runner import MegatronRunner
+from .version import recompute_requested
 
 
 class MegatronSUT(SUT):
@@ -34,6 +35,12 @@ class MegatronSUT(SUT):
             raise RuntimeError("megatron-core needs CUDA: its RNG tracker and schedules call torch.cuda "
                                "(model_parallel_cuda_manual_seed, forward_backward_no_pipelining)")
         self.api = Api()
+        # The graph-safe recompute option: installed before any model is built (graph_safe_recompute.py)
+        self.recompute = recompute_requested()[0]
+        if self.recompute == "graph-safe":
+            from . import graph_safe_recompute
+
+            graph_safe_recompute.install(self.api.tensor_parallel)
         self.pool_uses = PoolUses(torch._C)  # M6: Megatron's unreleased graph-pool uses (pool_uses.py)
         self.capture_spans = CaptureSpans()
         self._init_parallel()
@@ -56,6 +63,8 @@ class MegatronSUT(SUT):
             ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
 
     def policy(self) -> str:
+        if self.recompute == "graph-safe":
+            return "graph-safe"  # the option's checkpoint recomputes in every phase, graphs included
         # PR #3919 (in 0.18.0+): tensor_parallel.checkpoint runs the function without checkpointing
         # during graph warmup and capture: recap's "skip"; before it, CheckpointFunction always
         # checkpoints: recap's "naive"
@@ -79,7 +88,7 @@ class MegatronSUT(SUT):
             "dtype": ["fp32", "bf16"],
             "executor": ["eager", "per-layer", "full-iteration"],
             "checkpoint": ["none", "full", "selective"],
-            "checkpoint_style": ["reentrant"],
+            "checkpoint_style": [self.checkpoint_style()],
             "policy": [self.policy()],
             "generator": ["host", "graph-safe"],
             "device_state": [self.device_state],
@@ -90,12 +99,21 @@ class MegatronSUT(SUT):
             "per_layer": {"warmup_backward": ["grad-of-inputs"], "generator": ["graph-safe"]},
         }
 
+    def checkpoint_style(self) -> str:
+        """megatron-core's tensor_parallel.checkpoint is CheckpointFunction (reentrant); the option's
+        replacement checkpoints with saved-tensor hooks (non-reentrant)."""
+        return "non-reentrant" if self.recompute == "graph-safe" else "reentrant"
+
     def sut_version(self) -> str:
-        return self.version
+        # A patched megatron-core is another system: reports and tables name the patch
+        return self.version + ("+graph-safe-recompute" if self.recompute else "")
 
     def hello(self) -> Dict[str, Any]:
         h = super().hello()
         h["framework"] = {"torch": torch.__version__, "megatron-core": self.version}
+        if self.recompute:
+            h["framework"]["recompute"] = (f"{self.recompute}: tensor_parallel.checkpoint replaced by "
+                                           "recap_drivers/frameworks/megatron/graph_safe_recompute.py")
         return h
 
     # -- the configs of a case --
@@ -148,12 +166,14 @@ class MegatronSUT(SUT):
             return f"faults {', '.join(c.faults)}: fault points are recap's own runtime's (docs/faults.md)"
         if c.executor != "eager" and self.device.type != "cuda":
             return "executor: Megatron's graphs need CUDA"
-        if c.any_checkpoint() and c.checkpoint_style != "reentrant":
+        if c.any_checkpoint() and c.checkpoint_style != self.checkpoint_style():
             return (f"checkpoint_style {c.checkpoint_style}: this driver checkpoints with megatron-core's "
-                    "tensor_parallel.checkpoint (CheckpointFunction) only")
+                    "tensor_parallel.checkpoint only, " +
+                    ("which the graph-safe recompute option makes non-reentrant" if self.recompute
+                     else "CheckpointFunction (reentrant)"))
         pol = self.policy()
         if c.any_checkpoint() and c.policy != pol:
-            return (f"policy {c.policy}: megatron-core {self.version}'s tensor_parallel.checkpoint is recap's "
+            return (f"policy {c.policy}: megatron-core {self.sut_version()}'s tensor_parallel.checkpoint is recap's "
                     f"'{pol}' policy" + (" (it skips checkpointing during graph warmup and capture, PR #3919)"
                                          if pol == "skip" else " (it checkpoints in every phase)"))
         if c.order() != default_order(c):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional, Tuple
 
 COMMIT_HEX = 12  # of the 40: unique in Megatron-LM's history, short enough for a table column
 
@@ -84,3 +84,19 @@ def installed_version() -> Optional[str]:
         if (dist.metadata["Name"] or "").lower().replace("_", "-") == "megatron-core":
             return str(dist.version)
     return _source_version(pkg / "core" / "package_info.py")  # a tree without .git or metadata
+
+
+# The graph-safe recompute option (graph_safe_recompute.py), read here without importing torch so
+# that a worker refuses a bad value before anything starts.
+RECOMPUTE_ENV = "RECAP_MEGATRON_RECOMPUTE"
+RECOMPUTE_CHOICES = ("graph-safe",)
+
+
+def recompute_requested(environ: Optional[Mapping[str, str]] = None) -> Tuple[str, str]:
+    """(choice, problem): the recompute option the worker was started with ("" when unset)."""
+    import os
+
+    v = (os.environ if environ is None else environ).get(RECOMPUTE_ENV, "")
+    if v and v not in RECOMPUTE_CHOICES:
+        return "", f"{RECOMPUTE_ENV}={v!r}: unknown; known: {', '.join(RECOMPUTE_CHOICES)}"
+    return v, ""
