@@ -176,45 +176,59 @@ class Option(unittest.TestCase):
 @unittest.skipUnless(HAVE_CUDA, "needs CUDA")
 class InsidePerLayerGraphs(unittest.TestCase):
     """make_graphed_callables captures the forward and the backward (torch.autograd.grad) as two
-    graphs, as Megatron's CudaGraphManager does; the default generator is registered with both."""
+    graphs, as Megatron's CudaGraphManager does; the default generator is registered with both.
+    Two microbatches a step, two steps: the graphed run against the same steps run eagerly."""
 
-    def test_replayed_recompute_draws_the_forwards_masks(self) -> None:
-        torch.manual_seed(5)
+    def run_steps(self, graphed: bool) -> Tuple[List["torch.Tensor"], List["torch.Tensor"], "torch.Tensor"]:
+        """(forward masks, recompute masks, weight gradient) of 2 steps x 2 microbatches."""
+        torch.cuda.init()  # default_generators is empty until then
         dev = torch.device("cuda")
-        tracker = _Tracker(torch.cuda.default_generators[0])  # no state of its own: the default only
-        tracker.states_ = {}
+        gen = torch.cuda.default_generators[0]
+        tracker = _Tracker(gen)
+        tracker.states_ = {}  # no state of its own: the default generator only
+        masks: List[torch.Tensor] = []
+        ckpt = gsr.checkpoint_with(lambda: tracker, lambda on: None)
+        layer = torch.nn.Linear(64, 64, bias=False, device=dev)  # a module: its weight's grad is graphed too
+        with torch.no_grad():
+            layer.weight.copy_(torch.randn(64, 64, device=dev, generator=torch.Generator(dev).manual_seed(1)) / 8)
+        w = layer.weight
 
-        class Layer(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.w = torch.nn.Parameter(torch.randn(64, 64, device=dev) / 8)
-                self.masks: List[torch.Tensor] = []
-                self.ckpt = gsr.checkpoint_with(lambda: tracker, lambda on: None)
+        def body(x: "torch.Tensor") -> "torch.Tensor":
+            h = torch.nn.functional.dropout(torch.tanh(x @ w), 0.3, training=True)
+            masks.append(h != 0)  # one tensor per draw; a replay refreshes it in place
+            return h @ w
 
-            def body(self, x: "torch.Tensor") -> "torch.Tensor":
-                h = torch.nn.functional.dropout(torch.tanh(x @ self.w), 0.3, training=True)
-                self.masks.append(h != 0)  # a mask tensor per draw (replays refresh it in place)
-                return h @ self.w
+        layer.forward = lambda x: ckpt(body, False, x)  # type: ignore[method-assign,assignment]
+        fn: Any = layer
+        if graphed:
+            kept = gen.get_state()  # the graphs' warmup draws must not shift the steps' draws
+            fn = torch.cuda.make_graphed_callables(layer, (torch.zeros(32, 64, device=dev, requires_grad=True),),
+                                                   num_warmup_iters=2)
+            gen.set_state(kept)
+        gen.manual_seed(7)
+        fwd, rec = [], []
+        for step in range(2):
+            for mb in range(2):
+                x = torch.randn(32, 64, device=dev, generator=torch.Generator(dev).manual_seed(10 * step + mb),
+                                requires_grad=True)
+                y = fn(x)
+                assert isinstance(y, torch.Tensor)
+                y.sum().backward()
+                fwd.append(masks[-2].clone())
+                rec.append(masks[-1].clone())
+        torch.cuda.synchronize()
+        assert w.grad is not None
+        return fwd, rec, w.grad.clone()
 
-            def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-                return self.ckpt(self.body, False, x)
-
-        layer = Layer()
-        x0 = torch.randn(32, 64, device=dev, requires_grad=True)
-        graphed = torch.cuda.make_graphed_callables(layer, (x0,), num_warmup_iters=2)
-        n = len(layer.masks)  # warmup draws and recomputes, then the capture's forward and recompute
-        self.assertGreaterEqual(n, 2)
-        fwd_mask, rec_mask = layer.masks[-2], layer.masks[-1]
-        seen = []
-        for step in range(3):
-            x = torch.randn(32, 64, device=dev, requires_grad=True)
-            y = graphed(x)
-            assert isinstance(y, torch.Tensor)
-            y.sum().backward()
-            torch.cuda.synchronize()
-            self.assertTrue(torch.equal(fwd_mask, rec_mask), f"step {step}: the recompute drew other masks")
-            seen.append(fwd_mask.clone())
-        self.assertFalse(torch.equal(seen[0], seen[1]), "every replay draws fresh masks")
+    def test_replayed_recompute_draws_the_forwards_masks_as_eagerly(self) -> None:
+        e_fwd, e_rec, e_grad = self.run_steps(graphed=False)
+        g_fwd, g_rec, g_grad = self.run_steps(graphed=True)
+        for i in range(4):
+            self.assertTrue(torch.equal(e_fwd[i], e_rec[i]), f"eager step/mb {i}: the recompute drew other masks")
+            self.assertTrue(torch.equal(g_fwd[i], g_rec[i]), f"graphed step/mb {i}: the recompute drew other masks")
+            self.assertTrue(torch.equal(g_fwd[i], e_fwd[i]), f"step/mb {i}: the graphed forward drew other masks than eager")
+        self.assertFalse(torch.equal(g_fwd[0], g_fwd[1]), "every replay draws fresh masks")
+        self.assertTrue(torch.equal(g_grad, e_grad), "graphed gradients differ from eager")
 
 
 if __name__ == "__main__":

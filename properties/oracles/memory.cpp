@@ -223,7 +223,13 @@ CheckResult judge(Runs& runs) {
         // activations are live (at most what the baseline saves), besides what the unchecked
         // layers save (at most the baseline). More than that means recompute keeps what it
         // should have freed.
-        int64_t bound = 2 * base + static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * (input + 16);
+        // A framework's bytes are its caching allocator's blocks (drivers/PROTOCOL.md section 7), 512
+        // bytes the smallest: there a checkpoint's input and its RNG record (a device tensor, as
+        // the megatron driver's graph-safe recompute keeps one) each count whole blocks.
+        const bool blocks = !r.held_in_graphs;
+        auto block = [](int64_t b) { return (b + 511) / 512 * 512; };
+        const int64_t per_checkpoint = blocks ? block(input) + 512 : input + 16;
+        int64_t bound = 2 * base + static_cast<int64_t>(checkpoint_count(spec)) * spec.microbatches * per_checkpoint;
         runs.report().memory["predicted_max_activations_peak_in_graphs"] = bound;
         if (mine > bound)
           problems.push_back("recompute costs activation memory inside graphs: peak " + std::to_string(mine) +

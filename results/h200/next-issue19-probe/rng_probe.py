@@ -51,6 +51,7 @@ def capture(fn):
     return g, out
 
 
+torch.cuda.init()  # default_generators is empty until CUDA is initialized
 gen = torch.cuda.default_generators[0]
 report = []
 

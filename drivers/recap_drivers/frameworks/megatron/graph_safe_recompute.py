@@ -80,6 +80,7 @@ def _capturing() -> bool:
 
 
 def _cuda_default_generator() -> torch.Generator:
+    torch.cuda.init()  # default_generators is empty until CUDA is initialized
     return torch.cuda.default_generators[torch.cuda.current_device()]
 
 
@@ -95,7 +96,8 @@ class _RngRecord:
         self.captured = False
         self.tracker_states: Dict[str, Any] = {}
         self.values: List[Tuple[torch.Generator, torch.Tensor]] = []  # eager: states by value
-        self.bases: List[Tuple[torch.Generator, torch.Tensor, int]] = []  # captured: base copy, a
+        self.bases = torch.empty(0)  # captured: each generator's base offset at the forward
+        self.intragraph: List[Tuple[torch.Generator, int]] = []  # captured: its intragraph offset there
 
     def generators(self) -> List[torch.Generator]:
         gens = [self.default_generator()]
@@ -120,9 +122,12 @@ class _Forward:
         rec.tracker_states = dict(rec.tracker.get_states())
         if rec.captured:
             ext = extension()
-            for g in rec.generators():
-                _seed, off, a = ext.philox_state(g, True)
-                rec.bases.append((g, off.clone(), a))  # a captured copy: refreshed by every replay
+            gens = rec.generators()
+            states = [ext.philox_state(g, True) for g in gens]
+            # One captured copy of every generator's base, refreshed by every replay: one
+            # allocation (the caching allocator's smallest block is 512 bytes) per checkpoint.
+            rec.bases = torch.cat([off for _seed, off, _a in states])
+            rec.intragraph = [(g, a) for g, (_seed, _off, a) in zip(gens, states)]
         else:
             rec.values = [(g, g.get_state()) for g in rec.generators()]
         rec.set_checkpointing(True)
@@ -164,11 +169,15 @@ class _Recompute:
         self.undo.append(lambda: rec.tracker.set_states(states))
         if rec.captured:
             ext = extension()
-            for g, base, a in rec.bases:
+            for i, (g, a) in enumerate(rec.intragraph):
                 _seed, off, b = ext.philox_state(g, True)
                 own = off.clone()
-                off.copy_(base + (a - b))
+                off.copy_(rec.bases[i:i + 1] + (a - b))
                 self.undo.append(_copy_back(off, own))
+                # During capture get_state/set_state read and move the intragraph offset (torch
+                # 2.10+): put it back after the recompute, so the backward graph advances the
+                # generator by what it draws besides the recompute, as an eager recompute leaves it.
+                self.undo.append(_state_back(g, g.get_state()))
         else:
             for g, v in rec.values:
                 now = g.get_state()
