@@ -79,6 +79,16 @@ const std::vector<Rule>& rules() {
        "checkpointed region run as a plain forward inside the graph keeps its inner activations, not its input and RNG "
        "pair (recompute saving nothing)",
        [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "differ from the memory model"); }},
+      {"-",
+       "the capture's graph pools reserve other bytes than the memory model predicts (blocks of 512-byte multiples, "
+       "best fit, never split): freed blocks not handed to later tensors, or allocations the design does not make",
+       [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "graph-pool bytes"); }},
+      {"-",
+       "the capture's activations peak differs from the memory model: an activation freed later (or allocated earlier) "
+       "than the design says",
+       [](const Symptom& s) {
+         return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "activations peak during capture differs");
+       }},
       {"6", "graph phase flags left set after a failed capture",
        [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect) && has(s.check.reason, "phase flags"); }},
       {"-", "a failed capture left state behind (a stream still capturing, checkpoint records pending, or a next step "
