@@ -5,8 +5,8 @@
 //               policy would have saved is a finding, with its bytes (a failure with
 //               --require-memory-savings; docs/recompute-and-rng.md, bug class 2). A system
 //               without a graph-safe policy is judged against the no-checkpoint twin instead.
-//   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
-//   and naive   is reported.
+//   graph-safe  on recap's runtime the peak equals the memory model's (below); on another system
+//   and naive   it stays under a bound predicted from the case; what it saves is reported.
 // Two more demands, on what a run observed rather than on a twin:
 //   graph pools   the bytes graph pools hold after each replay step, and the bytes tensors hold
 //                 in them, never grow after the first replay of the same graphs (every system under
@@ -16,6 +16,11 @@
 //                 (properties/memory_model.h), byte for byte, for the case and for its no-checkpoint
 //                 twin when that ran: a recompute that keeps what it should free (class 2), or a
 //                 record that holds what it should let go, is caught where results agree.
+//   the capture   on recap's runtime, the activations peak over the capture, the bytes its graph
+//                 pools reserve and those live tensors still hold in them equal the model's
+//                 prediction (memory_model.h: storage lifetimes through best-fit, never-split
+//                 pools), for the case and its no-checkpoint twin: a pool that does not reuse what
+//                 was freed, or a tensor freed late, is caught where every other figure agrees.
 // A check that judged none of these (frameworks report no bytes live after teardown) is skipped.
 // The case's memory figures (case_memory_json) go into every report, judged or not.
 #include <algorithm>
