@@ -133,6 +133,18 @@ const std::vector<Rule>& rules() {
          return s.is("eager_vs_graphed", Disposition::Incorrect) && s.step() == s.first_replay() &&
                 (!any_dropout(s.spec) || has(s.check.divergence->tensor, "grad"));
        }},
+      // a capture that allocated otherwise than the design says, when no result departs (a result that
+      // departs names its own mechanism above; a changed capture order changes the figures too)
+      {"-",
+       "the capture's graph pools reserve other bytes than the memory model predicts (blocks of 512-byte multiples, "
+       "best fit, never split): freed blocks not handed to later tensors, or allocations the design does not make",
+       [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "graph-pool bytes"); }},
+      {"-",
+       "the capture's activations peak differs from the memory model: an activation freed later (or allocated earlier) "
+       "than the design says",
+       [](const Symptom& s) {
+         return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "activations peak during capture differs");
+       }},
       // last: a graphed run whose capture went wrong fails training too; this is when nothing else did
       {"-", "state carried from one step into the next (gradients not zeroed between steps)",
        [](const Symptom& s) { return s.is("training", Disposition::Incorrect); }},

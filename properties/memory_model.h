@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "harness/training/spec.h"
@@ -23,5 +24,20 @@ namespace recap::properties {
 // checkpoints while per-layer graphs capture; a without-output checkpoint's record holding its
 // output until the consumer's forward lets it be discarded; per-layer graphs holding their output.
 std::map<std::string, int64_t> predicted_held_in_graphs(const training::CaseSpec& spec);
+
+// What the capture of recap's runtime allocates, predicted from the case alone: the storages each
+// layer kind allocates and frees, in the order the runtime frees them (forward, the backward's
+// recompute and its gradients, the without-output protocol, the loss), played through a model of
+// the graph pools (blocks of the request rounded up to 512 bytes, best fit, never split, a freed
+// block back to its own pool's free list; one pool per captured unit unless the case shares one).
+struct CaptureMemory {
+  int64_t activations_peak = 0;     // Allocator::Stats::tensors[Activations].peak_bytes over the capture
+  int64_t pool_reserved = 0;        // bytes of every pool's blocks at the end of capture (= their peak: no pool frees a block while capturing)
+  int64_t pool_used = 0;            // of those, bytes of blocks a live tensor holds once capture is over
+  int pools = 0;                    // pools the capture created
+  int64_t allocations = 0;          // tensors allocated inside the capture
+};
+// nullopt where the case captures nothing (eager, or per-layer graphs of no layer).
+std::optional<CaptureMemory> predicted_capture_memory(const training::CaseSpec& spec);
 
 }  // namespace recap::properties

@@ -32,7 +32,8 @@ FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registere
           "grad-accum-not-zeroed", "alloc-in-capture", "side-stream-unjoined", "restore-across-capture",
           "tracker-keys-drift", "hidden-param-grad", "grad-aliases-static", "pool-order",
           "output-aliases-input-freed", "warmup-mutates-buffers", "philox-increment-short",
-          "graph-pool-leak", "without-output-not-rebound", "recompute-saves-nothing", "layer-segfault"]
+          "graph-pool-leak", "without-output-not-rebound", "recompute-saves-nothing", "pool-no-reuse",
+          "layer-segfault"]
 
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",

@@ -39,6 +39,7 @@ enum class Fault : uint8_t {
   GraphPoolLeak,           // class 27: every replay takes a buffer from the graph pool and never gives it back
   WithoutOutputNotRebound, // class 19: the consumer of a discarded output keeps reading its old storage
   RecomputeSavesNothing,   // class 2: graph-safe checkpoints keep every activation while a stream captures
+  PoolNoReuse,             // a graph pool never hands a freed block to a later tensor: it grows within a capture
   LayerSegfault,           // a layer's recompute kills the process (SIGSEGV): the crash path
 };
 
@@ -65,6 +66,7 @@ inline constexpr EnumName<Fault> kFaultNames[] = {
     {Fault::GraphPoolLeak, "graph-pool-leak"},
     {Fault::WithoutOutputNotRebound, "without-output-not-rebound"},
     {Fault::RecomputeSavesNothing, "recompute-saves-nothing"},
+    {Fault::PoolNoReuse, "pool-no-reuse"},
     {Fault::LayerSegfault, "layer-segfault"},
 };
 // A fault that kills the process running the case: only a worker process (`recap worker`, which

@@ -35,6 +35,7 @@
 #include "harness/runtime/bf16.h"
 #include "harness/runtime/capture_mode_guard.h"
 #include "harness/runtime/context.h"
+#include "harness/runtime/faults.h"
 
 namespace recap::runtime {
 
@@ -148,7 +149,9 @@ Tensor Allocator::alloc(const Shape& shape, DType dtype, device::MemCategory cat
     if (pool_id != 0) {
       Impl::Pool& pool = impl_->pools.at(pool_id);
       size_t need = round_up(bytes, kPoolRound);
-      auto it = pool.free_blocks.lower_bound(need);
+      // pool-no-reuse: no freed block is ever handed out again, so the pool grows by every
+      // allocation of the capture (without leaking across replays: only the exact model sees it)
+      auto it = fault_on(Fault::PoolNoReuse) ? pool.free_blocks.end() : pool.free_blocks.lower_bound(need);
       if (it != pool.free_blocks.end()) {
         // Best fit: the smallest block that is large enough; among equal sizes the lowest address.
         size_t best_size = it->first;

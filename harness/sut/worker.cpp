@@ -124,6 +124,7 @@ Message observation_of(const training::RunResult& r, const Json& id) {
                 {"capture_tensors", cap},
                 {"capture_device_peak", r.capture_memory.device.peak_bytes},
                 {"capture_pool_peak_reserved", r.capture_memory.allocator.pool_peak_reserved_bytes},
+                {"capture_pool_used", r.capture_memory.allocator.pool_used_bytes},
                 {"step_memory", step_memory},
                 {"step_rebindings", step_rebindings},
                 {"held_in_graphs", r.held_in_graphs ? Json(*r.held_in_graphs) : Json(nullptr)},
@@ -191,6 +192,7 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     }
     r.capture_memory.device.peak_bytes = x.value("capture_device_peak", int64_t{0});
     r.capture_memory.allocator.pool_peak_reserved_bytes = x.value("capture_pool_peak_reserved", int64_t{0});
+    r.capture_memory.allocator.pool_used_bytes = x.value("capture_pool_used", int64_t{0});
     r.ledger_summary = x.value("ledger_summary", std::string());
     r.recompute_mismatches = x.value("recompute_mismatches", size_t{0});
     r.reused_masks = x.value("reused_masks", size_t{0});

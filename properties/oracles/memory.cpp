@@ -5,8 +5,8 @@
 //               policy would have saved is a finding, with its bytes (a failure with
 //               --require-memory-savings; docs/recompute-and-rng.md, bug class 2). A system
 //               without a graph-safe policy is judged against the no-checkpoint twin instead.
-//   graph-safe  the peak stays under a bound predicted from the case (below), and what it saves
-//   and naive   is reported.
+//   graph-safe  on recap's runtime the peak equals the memory model's (below); on another system
+//   and naive   it stays under a bound predicted from the case; what it saves is reported.
 // Two more demands, on what a run observed rather than on a twin:
 //   graph pools   the bytes graph pools hold after each replay step, and the bytes tensors hold
 //                 in them, never grow after the first replay of the same graphs (every system under
@@ -16,9 +16,15 @@
 //                 (properties/memory_model.h), byte for byte, for the case and for its no-checkpoint
 //                 twin when that ran: a recompute that keeps what it should free (class 2), or a
 //                 record that holds what it should let go, is caught where results agree.
+//   the capture   on recap's runtime, the activations peak over the capture, the bytes its graph
+//                 pools reserve and those live tensors still hold in them equal the model's
+//                 prediction (memory_model.h: storage lifetimes through best-fit, never-split
+//                 pools), for the case and its no-checkpoint twin: a pool that does not reuse what
+//                 was freed, or a tensor freed late, is caught where every other figure agrees.
 // A check that judged none of these (frameworks report no bytes live after teardown) is skipped.
 // The case's memory figures (case_memory_json) go into every report, judged or not.
 #include <algorithm>
+#include <tuple>
 
 #include "properties/memory_model.h"
 #include "properties/oracles/oracle.h"
@@ -91,6 +97,29 @@ std::string held_problem(const std::map<std::string, int64_t>& seen, const CaseS
          std::to_string(total(want)) + " B)";
 }
 
+// "" when the capture's figures equal the model's prediction for `spec` (the activations peak, the
+// bytes the graph pools reserved and those live tensors still hold in them), else the first that
+// differs, one line; *evidence says what was compared when they agree.
+std::string capture_problem(const RunResult& r, const CaseSpec& spec, const std::string& who, std::string* evidence) {
+  const std::optional<CaptureMemory> want = predicted_capture_memory(spec);
+  if (!want) return "";
+  const auto& a = r.capture_memory.allocator;
+  const std::tuple<const char*, int64_t, int64_t> figures[] = {
+      {"activations peak during capture", r.capture_memory.activations_peak(), want->activations_peak},
+      {"graph-pool bytes reserved by the capture", a.pool_peak_reserved_bytes, want->pool_reserved},
+      {"graph-pool bytes live tensors hold after capture", a.pool_used_bytes, want->pool_used}};
+  for (const auto& [what, seen, predicted] : figures)
+    if (seen != predicted)
+      return who + what + " differs from the memory model: " + std::to_string(seen) + " B observed, " +
+             std::to_string(predicted) + " B predicted (" + std::to_string(want->pools) + " pools, " +
+             std::to_string(want->allocations) + " allocations inside the capture)";
+  *evidence = who + "capture: activations peak " + std::to_string(want->activations_peak) + " B, graph pools " +
+              std::to_string(want->pool_reserved) + " B reserved (" + std::to_string(want->pool_used) +
+              " B still in use) over " + std::to_string(want->pools) + " pools and " + std::to_string(want->allocations) +
+              " allocations, as the memory model predicts";
+  return "";
+}
+
 // The graph-pool figures after each replay step (StepRecord::graph_pool_bytes, what the pools hold,
 // and ::graph_pool_used_bytes, what tensors hold in them): "" when neither grows after the first
 // replay (evidence filled when two or more replays were observed), else the first growth, one line.
@@ -146,6 +175,14 @@ CheckResult judge(Runs& runs) {
     else
       evidence.push_back("activations held by graphs " + std::to_string(seen) + " B over " +
                          std::to_string(r.held_in_graphs->size()) + " captured forwards, as the memory model predicts");
+    // The capture's peak and its pools, exactly (what the bound below only bounds for other systems).
+    if (const std::optional<CaptureMemory> want = predicted_capture_memory(spec)) {
+      runs.report().memory["predicted_activations_peak_in_graphs"] = want->activations_peak;
+      runs.report().memory["predicted_graph_pool_reserved"] = want->pool_reserved;
+    }
+    std::string ev;
+    if (std::string why = capture_problem(r, spec, "", &ev); !why.empty()) problems.push_back(why);
+    else if (!ev.empty()) evidence.push_back(ev);
   }
   if (runs.ran() && r.captured && checkpoint_in_graph(spec)) {
     const Run& plain = runs.no_checkpoint_twin();
@@ -161,6 +198,9 @@ CheckResult judge(Runs& runs) {
           total(predicted_held_in_graphs(bare)) - total(predicted_held_in_graphs(spec));
       if (plain.result->held_in_graphs && r.held_in_graphs) {
         if (std::string why = held_problem(*plain.result->held_in_graphs, bare, "the no-checkpoint twin: "); !why.empty())
+          problems.push_back(why);
+        std::string ev;
+        if (std::string why = capture_problem(*plain.result, bare, "the no-checkpoint twin: ", &ev); !why.empty())
           problems.push_back(why);
         runs.report().memory["no_checkpoint_held_in_graphs"] = total(*plain.result->held_in_graphs);
       }
@@ -200,6 +240,13 @@ CheckResult judge(Runs& runs) {
           const std::string why = twin_trouble("it", gs);
           not_judged = "one full-iteration graph: its peak includes the backward's recompute, and no graph-safe twin "
                        "ran to compare with (" + (why.empty() ? std::string("it captured no graph") : why) + ")";
+        } else if (mine == 0 && base == 0) {
+          // Neither the case nor its twin held an activation inside graphs: no saving a recompute
+          // could make was observed, so nothing was judged ("0 B vs 0 B" is no evidence).
+          const std::string why = twin_trouble("it", gs);
+          not_judged = "the case and its no-checkpoint twin both hold 0 B of activations inside graphs (nothing a "
+                       "recompute could save was observed), and no graph-safe twin ran to compare with (" +
+                       (why.empty() ? std::string("it captured no graph") : why) + ")";
         } else {
           evidence.push_back("activations inside graphs " + std::to_string(mine) + " B vs " + std::to_string(base) +
                              " B without checkpoints (no graph-safe twin)");
@@ -216,8 +263,14 @@ CheckResult judge(Runs& runs) {
                                     std::to_string(inputs) + " B; no graph-safe twin: " + twin_trouble("it", gs) + ")");
           }
         }
+      } else if (r.held_in_graphs && plain.result->held_in_graphs) {
+        // graph-safe and naive on recap's runtime: both peaks were compared with the memory model
+        // exactly above; what recompute saves inside graphs is reported.
+        evidence.push_back("activations inside graphs " + std::to_string(mine) + " B vs " + std::to_string(base) +
+                           " B without checkpoints, both peaks as the memory model predicts");
+        if (mine < base) runs.report().memory["saved_in_graphs"] = base - mine;
       } else {
-        // graph-safe and naive (a naive case whose capture went through): the prediction, an upper
+        // graph-safe and naive on a system without a model (a naive case whose capture went through): an upper
         // bound: inside graphs, per microbatch, each checkpoint holds its input (one [tokens,
         // hidden] tensor) and its RNG pair (16 bytes); during a backward one region's recomputed
         // activations are live (at most what the baseline saves), besides what the unchecked

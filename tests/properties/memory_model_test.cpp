@@ -75,6 +75,48 @@ TEST(MemoryModel, PredictsByHand) {
   EXPECT_TRUE(predicted_held_in_graphs(stack({"block"}, ExecutorKind::Eager)).empty());
 }
 
+// The capture's figures, worked by hand (fp32, [4, 8] = 128 B, so every tensor here takes one
+// 512-byte block; a 4-byte loss or a 16-byte pair too).
+TEST(MemoryModel, PredictsTheCaptureByHand) {
+  // One graphed linear: its forward graph allocates the output (an activation), its backward graph
+  // the input gradient (workspace); nothing is freed, so two blocks.
+  CaseSpec s = stack({"linear"}, ExecutorKind::PerLayer);
+  std::optional<CaptureMemory> m = predicted_capture_memory(s);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->activations_peak, 128);
+  EXPECT_EQ(m->pool_reserved, 1024);
+  EXPECT_EQ(m->pool_used, 1024);
+  EXPECT_EQ(m->pools, 1);
+  EXPECT_EQ(m->allocations, 2);
+  // Without a shared pool each graph has a pool of its own: the same blocks, two pools.
+  s.shared_pool = false;
+  EXPECT_EQ(predicted_capture_memory(s)->pools, 2);
+  EXPECT_EQ(predicted_capture_memory(s)->pool_reserved, 1024);
+  // Checkpointed (graph-safe): the forward keeps the pair and the graph's output; the backward's
+  // recompute allocates the output again (peak 16 + 128 + 128 = 272 B) and drops it at once, and
+  // the input gradient takes the block it freed: three blocks, not four.
+  s.shared_pool = true;
+  s.layers[0].checkpoint = CheckpointGranularity::Full;
+  m = predicted_capture_memory(s);
+  EXPECT_EQ(m->activations_peak, 272);
+  EXPECT_EQ(m->pool_reserved, 1536);
+  EXPECT_EQ(m->pool_used, 1024);  // the output and the input gradient; the pair went with its backward
+  EXPECT_EQ(m->allocations, 4);
+  // Full iteration, two linears: y0, y1, the loss and its gradient (four blocks, peak y0 + y1); the
+  // backward's two input gradients take the blocks of y1 and y0; only the loss is left.
+  CaseSpec f = stack({"linear", "linear"}, ExecutorKind::FullIteration);
+  m = predicted_capture_memory(f);
+  EXPECT_EQ(m->activations_peak, 256);
+  EXPECT_EQ(m->pool_reserved, 2048);
+  EXPECT_EQ(m->pool_used, 512);
+  EXPECT_EQ(m->allocations, 6);
+  // Eager, or per-layer graphs of no layer: no capture.
+  EXPECT_FALSE(predicted_capture_memory(stack({"block"}, ExecutorKind::Eager)));
+  CaseSpec none = stack({"linear"}, ExecutorKind::PerLayer);
+  none.layers[0].graphed = false;
+  EXPECT_FALSE(predicted_capture_memory(none));
+}
+
 // The runtime holds exactly what the model predicts, across kinds, checkpoint granularities,
 // styles and executors (the campaigns check every generated case; these are the hand cases).
 TEST(MemoryModel, TheRuntimeHoldsWhatItPredicts) {
@@ -103,9 +145,15 @@ TEST(MemoryModel, TheRuntimeHoldsWhatItPredicts) {
     ASSERT_TRUE(r.ok()) << r.failure->line();
     ASSERT_TRUE(r.captured && r.held_in_graphs);
     EXPECT_EQ(*r.held_in_graphs, predicted_held_in_graphs(s)) << training::executor_name(s.executor);
+    const std::optional<CaptureMemory> m = predicted_capture_memory(s);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(r.capture_memory.activations_peak(), m->activations_peak) << training::executor_name(s.executor);
+    EXPECT_EQ(r.capture_memory.allocator.pool_peak_reserved_bytes, m->pool_reserved) << training::executor_name(s.executor);
+    EXPECT_EQ(r.capture_memory.allocator.pool_used_bytes, m->pool_used) << training::executor_name(s.executor);
     CaseReport c = judged(s, "memory");
     EXPECT_EQ(check(c, "memory").disposition, Disposition::Passed) << check(c, "memory").reason;
     EXPECT_NE(check(c, "memory").evidence.find("as the memory model predicts"), std::string::npos) << check(c, "memory").evidence;
+    EXPECT_NE(check(c, "memory").evidence.find("B reserved"), std::string::npos) << check(c, "memory").evidence;
   }
 }
 
@@ -140,6 +188,27 @@ TEST(BlindSpots, AGraphPoolGrowingAcrossReplaysIsCaught) {
     EXPECT_NE(check(r, "memory").reason.find("graph pools grew across replays of the same graphs (a leak)"),
               std::string::npos)
         << check(r, "memory").reason;
+  }
+}
+
+// pool-no-reuse: a graph pool never hands a freed block to a later tensor. What the graphs hold,
+// their peak and every replay agree (the pool does not grow across replays); only the exact
+// prediction of the pool's bytes sees it. Non-vacuity: without the fault the same check passes.
+TEST(BlindSpots, APoolThatNeverReusesABlockIsCaughtByThePoolModel) {
+  for (ExecutorKind ex : {ExecutorKind::PerLayer, ExecutorKind::FullIteration}) {
+    CaseSpec s = stack({"linear", "linear"}, ex);
+    s.layers[0].checkpoint = CheckpointGranularity::Full;
+    CaseReport clean = judged(s, "memory");
+    EXPECT_EQ(check(clean, "memory").disposition, Disposition::Passed) << check(clean, "memory").reason;
+    s.faults = {"pool-no-reuse"};
+    CaseReport r = evaluate(s, {});
+    const CheckResult& c = check(r, "memory");
+    EXPECT_EQ(c.disposition, Disposition::Incorrect);
+    EXPECT_NE(c.reason.find("graph-pool bytes reserved by the capture differs from the memory model"), std::string::npos)
+        << c.reason;
+    EXPECT_EQ(c.reason.find("grew across replays"), std::string::npos) << c.reason;
+    EXPECT_EQ(c.reason.find("activations held by graphs differ"), std::string::npos) << c.reason;
+    EXPECT_EQ(check(r, "eager_vs_graphed").disposition, Disposition::Passed);
   }
 }
 

@@ -163,6 +163,40 @@ TEST(Evaluate, SkipWithoutAGraphSafeTwinIsJudgedAgainstNoCheckpoint) {
   EXPECT_EQ(check(evaluate(s, o), "memory").disposition, Disposition::Passed);
 }
 
+// Issue 23, leftover: a skip-only system whose graphs and no-checkpoint twin's graphs both hold
+// 0 B of activations showed nothing a recompute could save; "0 B vs 0 B" is no evidence, so the
+// check is skipped with that reason, never passed. Non-vacuity: the same system holding bytes is judged.
+class ZeroHoldingSut : public sut::Sut {
+ public:
+  explicit ZeroHoldingSut(int64_t peak) : peak_(peak) {}
+  std::string name() const override { return "zero-holding"; }
+  bool recap_runtime() const override { return false; }
+  sut::SutRun run(const training::CaseSpec& spec, const sut::RunRequest&) override {
+    if (spec.policy == CheckpointPolicy::GraphSafe) throw sut::SkippedBySut("policy graph-safe: not in this version");
+    sut::SutRun r;
+    r.result.captured = spec.executor != training::ExecutorKind::Eager;
+    r.result.capture_memory.allocator.tensors[static_cast<int>(device::MemCategory::Activations)].peak_bytes = peak_;
+    return r;
+  }
+
+ private:
+  int64_t peak_;
+};
+
+TEST(Evaluate, SkipWithZeroBytesOnBothSidesIsSkippedNotPassed) {
+  auto s = one_layer("mlp", CheckpointPolicy::Skip, training::ExecutorKind::PerLayer);
+  OracleOptions o;
+  o.properties = {"memory"};
+  o.sut = std::make_shared<ZeroHoldingSut>(0);
+  const CheckResult m = check(evaluate(s, o), "memory");
+  EXPECT_EQ(m.disposition, Disposition::Skipped) << m.evidence;
+  EXPECT_NE(m.reason.find("both hold 0 B of activations inside graphs"), std::string::npos) << m.reason;
+  EXPECT_NE(m.reason.find("no graph-safe twin"), std::string::npos) << m.reason;
+  o.sut = std::make_shared<ZeroHoldingSut>(4096);
+  const CheckResult held = check(evaluate(s, o), "memory");
+  EXPECT_NE(held.disposition, Disposition::Skipped) << held.reason;
+}
+
 // What a system is asked to send is the oracles' decision (run_request): another system's masks
 // only while an fp64 oracle that applies them is selected, for fp32 cases of at most 64 K mask
 // elements; recap's runtime never (its draws are its own).

@@ -122,6 +122,15 @@ TEST(Faults, Issue23FaultsMoveOnlyTheirObservations) {
   const RunResult plain = run(full, "recompute-saves-nothing");
   for (const auto& [unit, bytes] : *clean.held_in_graphs) EXPECT_GT(plain.held_in_graphs->at(unit), bytes) << unit;
   EXPECT_EQ(testing::first_difference(clean, plain), "");
+  // pool-no-reuse: the capture's pools reserve more (no freed block is handed out again), while
+  // what each forward keeps, the activations peak and the pools across replays stay put.
+  const RunResult grown = run(full, "pool-no-reuse");
+  EXPECT_GT(grown.capture_memory.allocator.pool_peak_reserved_bytes, clean.capture_memory.allocator.pool_peak_reserved_bytes);
+  EXPECT_EQ(grown.capture_memory.activations_peak(), clean.capture_memory.activations_peak());
+  EXPECT_EQ(*grown.held_in_graphs, *clean.held_in_graphs);
+  for (size_t k = full.warmup; k < grown.steps.size(); ++k)
+    EXPECT_EQ(*grown.steps[k].graph_pool_bytes, *grown.steps[full.warmup].graph_pool_bytes);
+  EXPECT_EQ(testing::first_difference(clean, grown), "");
   // without-output-not-rebound: the consumer reads the storage discarded at the forward.
   CaseSpec wo = testing::acceptance_spec(ExecutorKind::Eager);
   wo.style = CheckpointStyle::WithoutOutput;
