@@ -22,7 +22,9 @@ import sys
 import unittest
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
-from tests.helpers import DRIVERS, HAVE_CUDA, HAVE_TORCH
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS: before CUDA starts
+
+from tests.helpers import DRIVERS, HAVE_CUDA, HAVE_TORCH  # noqa: E402
 
 if HAVE_TORCH:
     import torch
@@ -220,8 +222,20 @@ class InsidePerLayerGraphs(unittest.TestCase):
         assert w.grad is not None
         return fwd, rec, w.grad.clone()
 
+    def setUp(self) -> None:
+        # Bitwise comparison needs deterministic kernels (drivers/PROTOCOL.md section 6)
+        self.kept = (torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32)
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def tearDown(self) -> None:
+        torch.use_deterministic_algorithms(self.kept[0])
+        torch.backends.cuda.matmul.allow_tf32 = self.kept[1]
+
     def test_replayed_recompute_draws_the_forwards_masks_as_eagerly(self) -> None:
         e_fwd, e_rec, e_grad = self.run_steps(graphed=False)
+        again = self.run_steps(graphed=False)[2]
+        self.assertTrue(torch.equal(e_grad, again), "two identical eager runs differ: no bitwise contract here")
         g_fwd, g_rec, g_grad = self.run_steps(graphed=True)
         for i in range(4):
             self.assertTrue(torch.equal(e_fwd[i], e_rec[i]), f"eager step/mb {i}: the recompute drew other masks")
