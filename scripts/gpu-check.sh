@@ -64,6 +64,12 @@ RECAP_BIN="$build/harness/cli/recap" OUT="$out/worker-faults" scripts/gpu-worker
   > "$out/worker-faults.log" 2>&1 || status=1
 tail -n 2 "$out/worker-faults.log"
 
+# compute-sanitizer (issue 21, point 2): the planted out-of-bounds write reported, a fixed-seed
+# campaign under memcheck, racecheck, synccheck and initcheck and the GPU tests under memcheck clean.
+RECAP_BUILD="$build" OUT="$out/sanitizer" scripts/gpu-sanitizer.sh "${RECAP_SANITIZER_CASES:-40}" \
+  > "$out/sanitizer.log" 2>&1 || status=1
+cat "$out/sanitizer/summary.txt" 2>/dev/null
+
 # Every gtest binary (gpu tests run here instead of skipping), into one log: the device tool
 # brings back at most 8 files.
 : > "$out/tests.log"
