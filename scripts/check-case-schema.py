@@ -294,7 +294,7 @@ PROBES: List[Tuple[str, bool, List[Callable[[Dict[str, Any]], None]], bool]] = [
 # Integer ranges (and lr's): both ends are valid, one past either end is not; (path, lo, hi, setup).
 RANGES: List[Tuple[str, int, int, List[Callable[[Dict[str, Any]], None]]]] = [
     ("hidden", 1, 4096, [with_("layers", [{"kind": "linear"}])]),
-    ("tokens", 1, 4096, []),
+    ("tokens", 1, 8192, []),
     ("layers.0.heads", 1, 64, [with_("hidden", 64)]),
     ("layers.0.ffn_hidden", 0, 16384, []),
     ("warmup", 0, 3, []),
