@@ -19,7 +19,8 @@
                says so (judged_size, schema-valid), its `case` is that size's and `recap replay`
                reproduces the verdict, its figures are still measured at its own size; the size
                within the budget is judged at its own size with no note; the table and `recap
-               report` show a note for the first size only.
+               report` show a note for the first size only; with a fault, the corpus files of the
+               first size are its judged size's cases and replay.
   torch_cpu    --sut torch on the CPU (the drivers' venv): eager configurations measured with the
                host clock and no memory figures (null, said in a note), graphed ones skipped with
                the reason the worker's hello gives; schema-valid.
@@ -368,6 +369,19 @@ def run_judge_size() -> None:
     if rh.returncode == 0:  # the page needs plotly.js; the text above is the same content
         page = open("j.html").read()
         check(page.count('class="note judged-size"') == 1 and note in page, "the page's note")
+    # a failure found at the judged size: its corpus file is that size's case, and replays
+    p = tradeoff("--backend", "sim", "--sweep", sweep_path, "--judge-budget", str(budget), "--fault", "rng-offset-baked",
+                 "--report", "f.json", "--corpus-dir", "found-fault")
+    check(p.returncode == 1, f"with a fault: exit {p.returncode}, expected 1")
+    for c in load_valid("f.json")["sizes"][0]["configurations"]:
+        check(c["verdict"] != "passed" and c.get("judged_size"), f"wide {c['name']} with a fault: {c['verdict']}")
+        f = c["findings"][0]["corpus_file"]
+        case = json.load(open(f))
+        check(case["hidden"] == h and case["tokens"] == tokens and case["layers"][0]["heads"] == heads,
+              f"wide {c['name']}: corpus file {f} at hidden {case['hidden']}, {case['tokens']} tokens")
+        check(f"judged at hidden {h}, {tokens} tokens" in case.get("description", ""), f"{f}: description {case.get('description')}")
+        rp = subprocess.run([RECAP, "replay", f], capture_output=True, text=True)
+        check(rp.returncode == 0, f"wide {c['name']}: recap replay {f}: exit {rp.returncode}\n{rp.stdout[-2000:]}")
     print(f"ok: wide judged at {dims}, narrow at its own size")
 
 
