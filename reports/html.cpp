@@ -367,6 +367,7 @@ void tradeoff_section(Page* p, const LoadedReport& rep, size_t r) {
     if (size.flops_per_step)
       s += "<p class=\"sub\">" + esc(flops_text(*size.flops_per_step)) +
            " a step (model FLOPs, recomputation not counted): TFLOP/s is that over the median step.</p>\n";
+    for (const auto& n : judged_size_notes(size)) s += "<p class=\"note judged-size\">Judged size: " + esc(n) + "</p>\n";
     size_table(p, size, r);
     s += "<div class=\"plots\">\n";
     size_plots(p, size, r);

@@ -310,4 +310,29 @@ std::string size_text(const TradeoffSize& s) {
   return t;
 }
 
+std::vector<std::string> judged_size_notes(const TradeoffSize& s) {
+  std::vector<std::string> keys;  // in the order of the configurations
+  std::vector<int> counts;
+  for (const auto& c : s.configurations) {
+    if (!c.judged_size) continue;
+    const JudgedSize& j = *c.judged_size;
+    const std::string key = "hidden " + std::to_string(j.hidden) + ", " + std::to_string(j.heads) + " head" +
+                            (j.heads == 1 ? "" : "s") + ", ffn " + std::to_string(j.ffn_hidden) + ", " +
+                            std::to_string(j.tokens) + " tokens, not at this size (" + j.reason + ")";
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      counts.push_back(1);
+    } else {
+      ++counts[static_cast<size_t>(it - keys.begin())];
+    }
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < keys.size(); ++i)
+    out.push_back(std::to_string(counts[i]) + " of " + std::to_string(s.configurations.size()) + " configuration" +
+                  (s.configurations.size() == 1 ? "" : "s") + " judged at " + keys[i] +
+                  "; their verdicts are that size's, their step times and memory this size's");
+  return out;
+}
+
 }  // namespace recap::reports

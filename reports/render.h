@@ -121,6 +121,11 @@ std::string choice_text(const Configuration& c);
 std::string flops_text(double flops);
 // "8 layers, hidden 256, 4 heads, seq 256, micro-batch 1, 1 microbatch, bf16".
 std::string size_text(const TradeoffSize& s);
+// One line per judged size of a size's configurations other than the size itself (recap tradeoff
+// --judge-budget): "3 of 4 configurations judged at hidden 16, 4 heads, ffn 64, 8 tokens, not at
+// this size (REASON); their step times and memory are this size's". Empty when every judged
+// configuration was judged at the size itself.
+std::vector<std::string> judged_size_notes(const TradeoffSize& s);
 
 // ---- the renderers ------------------------------------------------------------------------------
 

@@ -143,7 +143,9 @@ std::string tradeoff_text(const LoadedReport& rep) {
   for (const auto& size : rep.tradeoff.sizes) {
     s += "\n  " + clean(size.name) + ": " + clean(size_text(size));
     if (size.flops_per_step) s += ", " + flops_text(*size.flops_per_step) + " a step";
-    s += "\n" + size_table(size);
+    s += "\n";
+    for (const auto& n : judged_size_notes(size)) s += "  judged size: " + clean(n) + "\n";
+    s += size_table(size);
   }
   return s + "\n";
 }

@@ -158,6 +158,19 @@ Configuration read_configuration(const Obj& o) {
     c.per_layer.push_back({l.integer("layer", true, 0), l.number("forward_ms"), l.number("backward_ms"),
                            l.bytes("activations_in_graphs"), l.bytes("graph_pool")});
   }
+  if (o.has("judged_size")) {
+    Obj js(o.get("judged_size"), o.at("judged_size"));
+    JudgedSize j;
+    j.hidden = js.integer("hidden", true);
+    j.heads = js.integer("heads", true);
+    j.ffn_hidden = js.integer("ffn_hidden", true);
+    j.tokens = js.integer("tokens", true);
+    j.reason = js.str("reason", true);
+    if (j.reason.empty()) throw Bad{js.at("reason") + ": must not be empty"};
+    if (j.hidden % j.heads != 0)
+      throw Bad{js.at("heads") + ": " + std::to_string(j.heads) + " does not divide hidden " + std::to_string(j.hidden)};
+    c.judged_size = j;
+  }
   return c;
 }
 

@@ -40,6 +40,14 @@ struct LayerFigures {
   std::optional<int64_t> activations_in_graphs, graph_pool;
 };
 
+// The size the oracles judged a configuration at when its own size was past `recap tradeoff
+// --judge-budget` (docs/DESIGN.md, section 8): the same configuration, narrower and shorter. Its
+// figures (step times, memory) are still the full size's; only the verdict is this size's.
+struct JudgedSize {
+  int hidden = 0, heads = 0, ffn_hidden = 0, tokens = 0;
+  std::string reason;  // one line: the full size's observation a step, over the budget
+};
+
 struct Configuration {
   std::string name;        // unique within its size: what reports are compared by
   std::string checkpoint;  // none, selective, full
@@ -53,6 +61,7 @@ struct Configuration {
   std::optional<double> capture_ms, tflops, matmul_share, recompute_overhead;
   TradeoffMemory memory;
   std::vector<LayerFigures> per_layer;
+  std::optional<JudgedSize> judged_size;  // absent: judged at the size itself
 };
 
 struct TradeoffSize {

@@ -78,6 +78,11 @@ Json configuration_to_json(const Configuration& c) {
                         {"graph_pool", bytes_or_null(l.graph_pool)}});
     j["per_layer"] = layers;
   }
+  if (c.judged_size) {
+    const JudgedSize& s = *c.judged_size;
+    j["judged_size"] = {{"hidden", s.hidden}, {"heads", s.heads}, {"ffn_hidden", s.ffn_hidden}, {"tokens", s.tokens},
+                        {"reason", s.reason}};
+  }
   return j;
 }
 

@@ -36,6 +36,7 @@
 #include "properties/fuzz.h"
 #include "properties/oracles.h"
 #include "properties/oracles/oracle.h"
+#include "reports/render.h"
 #include "reports/report.h"
 #include "reports/reporter.h"
 #include "reports/results.h"
@@ -80,6 +81,7 @@ struct TradeoffArgs {
   std::vector<std::string> size_flags_given;  // which size flags the command line set
   int warmup = 3, steps = 20, judged_replays = 2;
   double fp64_budget = 1e10;
+  double judge_budget = 1e8;  // elements the judged case may observe a step (observed_per_step)
   std::vector<std::string> faults, properties;
   bool require_memory_savings = false;
   uint64_t seed = 1;
@@ -272,6 +274,8 @@ void default_choices(const std::string& kind, const sut::Capabilities& caps, Swe
 struct Plan {
   reports::Configuration cfg;
   CaseSpec spec;         // the measured case (replays = --steps)
+  CaseSpec judged;       // the judged case (replays = --judged-replays): spec, or spec at judged_size
+  std::optional<reports::JudgedSize> judged_size;  // set when the judged case is smaller than spec
   std::string skip;      // why it cannot run here, one line; "" runnable
   std::string baseline;  // the key of the configuration without checkpoints it is compared with
   std::string key;       // its own such key when it is one ("" when checkpointed)
@@ -377,10 +381,85 @@ std::string modules_label(const std::vector<std::string>& mods) {
   return s;
 }
 
+// ---- the judged size (--judge-budget) -------------------------------------------------------
+
+// Parameters of one recap block (models/layers.cpp, Block): two layernorms (weight and bias), qkv
+// and proj, fc1 and fc2 with their biases.
+double block_params(double h, double f) { return 4.0 * h * h + 2.0 * h * f + 9.0 * h + f; }
+
+// What the judged case observes a step, in elements, by the size alone: what a framework's worker
+// sends the oracles per step (drivers/PROTOCOL.md, "frames"), each gradient after every
+// micro-batch's backward, those after the last backward again and the parameters after the
+// update: parameters x (microbatches + 2); with dropout, one forward's masks too, per micro-batch
+// and layer the attention probabilities' (heads x tokens x tokens) and the two residual branches'
+// (2 x tokens x hidden). A recomputing configuration draws more (its recompute's masks), so this
+// is the least any configuration of the size observes.
+double observed_per_step(int layers, int hidden, int heads, int ffn, int tokens, int microbatches, double dropout) {
+  const double params = layers * block_params(hidden, ffn);
+  double masks = 0;
+  if (dropout > 0) masks = static_cast<double>(microbatches) * layers * tokens * (static_cast<double>(heads) * tokens + 2.0 * hidden);
+  return params * (microbatches + 2) + masks;
+}
+double observed_per_step(const SizeSpec& s) {
+  return observed_per_step(s.layers, s.hidden, s.heads, s.ffn(), s.tokens(), s.microbatches, s.dropout);
+}
+
+// The size a configuration is judged at (docs/DESIGN.md, section 8, "judged size"): the size itself
+// when what it observes a step is within --judge-budget, else the same stack (layers, microbatches,
+// dtype, dropout) narrower and shorter: hidden min(hidden, 256), tokens min(tokens, 256), then both
+// halved (not below min(hidden, 8), min(tokens, 8)) until within the budget or at that floor; heads
+// the largest divisor of the hidden not above min(heads, 4); an explicit ffn_hidden scaled as the
+// hidden (rounded, at least 1), 0 (4 x hidden) kept. nullopt when judged at the size itself (a
+// size already at the floor is too: what would be judged is the size). *judged receives the
+// judged size as a SizeSpec (seq = tokens, micro_batch 1: recap.case/1 has tokens only).
+std::optional<reports::JudgedSize> judged_size(const SizeSpec& s, double budget, SizeSpec* judged) {
+  *judged = s;
+  const double full = observed_per_step(s);
+  if (full <= budget) return std::nullopt;
+  const int floor_h = std::min(s.hidden, 8), floor_t = std::min(s.tokens(), 8);
+  int h = std::min(s.hidden, 256), t = std::min(s.tokens(), 256);
+  auto at = [&](int hidden, int tokens) {
+    SizeSpec r = s;
+    r.hidden = hidden;
+    r.heads = 1;
+    for (int d = std::min(s.heads, 4); d >= 1; --d)
+      if (hidden % d == 0) {
+        r.heads = d;
+        break;
+      }
+    if (s.ffn_hidden > 0)
+      r.ffn_hidden = std::max(1, static_cast<int>(std::lround(static_cast<double>(s.ffn_hidden) * hidden / s.hidden)));
+    r.seq = tokens;
+    r.micro_batch = 1;
+    return r;
+  };
+  SizeSpec r = at(h, t);
+  while (observed_per_step(r) > budget && (h > floor_h || t > floor_t)) {
+    h = std::max(floor_h, h / 2);
+    t = std::max(floor_t, t / 2);
+    r = at(h, t);
+  }
+  if (r.hidden == s.hidden && r.heads == s.heads && r.ffn() == s.ffn() && r.tokens() == s.tokens()) return std::nullopt;
+  *judged = r;
+  reports::JudgedSize js;
+  js.hidden = r.hidden;
+  js.heads = r.heads;
+  js.ffn_hidden = r.ffn();
+  js.tokens = r.tokens();
+  char b[300];
+  const double reduced = observed_per_step(r);
+  std::snprintf(b, sizeof b, "the size's observation: %.0f elements a step, over --judge-budget %.0f; the judged size's: %.0f%s", full,
+                budget, reduced, reduced > budget ? ", the rule's floor, still over it" : "");
+  js.reason = b;
+  return js;
+}
+
 std::vector<Plan> plan_size(const SizeSpec& s, const Sweep& sw, const std::string& kind, const sut::SutInfo& info,
                             const sut::Capabilities& caps, const TradeoffArgs& a) {
   std::vector<Plan> plans;
   const std::string who = kind + " " + info.version + " on " + info.device;
+  SizeSpec judged_at;
+  const std::optional<reports::JudgedSize> reduced = judged_size(s, a.judge_budget, &judged_at);
   for (const auto& ck : sw.checkpoint) {
     const bool none = ck == "none";
     std::vector<std::vector<std::string>> module_sets = {{}};
@@ -406,10 +485,16 @@ std::vector<Plan> plan_size(const SizeSpec& s, const Sweep& sw, const std::strin
               name += "/" + (kind == "megatron" ? tracker_name(gen) : gen);
               c.name = name;
               p.spec = case_of(s, ck, mods, ex, st, po, gen, caps, a);
+              // the judged case: the same configuration, at the judged size when it is not the size
+              p.judged = reduced ? case_of(judged_at, ck, mods, ex, st, po, gen, caps, a) : p.spec;
+              p.judged.replays = a.judged_replays;
+              p.judged_size = reduced;
               p.baseline = ex + "/" + gen;
               if (none) p.key = p.baseline;
               if (std::string e = training::validate(p.spec); !e.empty())
                 p.skip = "recap.case/1 cannot express it: " + e;
+              else if (std::string e = training::validate(p.judged); !e.empty())
+                p.skip = "recap.case/1 cannot express its judged case: " + e;
               else if (std::string g = capability_gap(p.spec, caps, who); !g.empty())
                 p.skip = g;
               plans.push_back(std::move(p));
@@ -524,6 +609,7 @@ void print_size_table(const SizeSpec& s, const reports::TradeoffSize& size, cons
     if (c.verdict == "skipped" || (c.verdict != "passed" && !c.reason.empty() && c.findings.empty()))
       notes.push_back(c.name + ": " + c.verdict + ": " + c.reason);
   }
+  for (const auto& n : reports::judged_size_notes(size)) std::printf("  judged size: %s\n", one_line(n, 400).c_str());
   if (!notes.empty()) std::printf("  * findings and reasons:\n");
   for (const auto& n : notes) std::printf("    %s\n", one_line(n, 400).c_str());
 }
@@ -569,6 +655,7 @@ int tradeoff(const TradeoffArgs& a) {
   }
   if (std::string e = properties::unknown_property(a.properties); !e.empty()) throw UsageError("--property: " + e);
   if (!std::isfinite(a.fp64_budget)) throw UsageError("--fp64-budget: must be a finite number of multiply-adds");
+  if (!std::isfinite(a.judge_budget)) throw UsageError("--judge-budget: must be a finite number of elements");
   SutChoice choice;
   if (std::string e = parse_sut(a.sut.sut, &choice); !e.empty()) throw UsageError("--sut: " + e);
   if (choice.kind == "recap-worker")
@@ -630,8 +717,7 @@ int tradeoff(const TradeoffArgs& a) {
       if (p.skip.empty()) {
         // judged: the configuration's case, shorter (--judged-replays), through every oracle the
         // run can afford; those it cannot are listed as skipped with the reason
-        CaseSpec judged = p.spec;
-        judged.replays = a.judged_replays;
+        const CaseSpec& judged = p.judged;  // at the judged size (--judge-budget)
         std::vector<std::string> run_props;
         std::map<std::string, std::string> why_not;
         const double cost = reference_cost(judged);
@@ -681,8 +767,12 @@ int tradeoff(const TradeoffArgs& a) {
         }
       }
       const std::string verdict = p.skip.empty() ? properties::disposition_name(o.judged.disposition) : "skipped";
-      std::fprintf(stderr, "tradeoff: [%d/%d] %s %s: %s%s\n", done, total, sw.sizes[si].name.c_str(), p.cfg.name.c_str(),
-                   verdict.c_str(),
+      const std::string at = p.skip.empty() && p.judged_size
+                                 ? " (judged at hidden " + std::to_string(p.judged_size->hidden) + ", " +
+                                       std::to_string(p.judged_size->tokens) + " tokens)"
+                                 : "";
+      std::fprintf(stderr, "tradeoff: [%d/%d] %s %s: %s%s%s\n", done, total, sw.sizes[si].name.c_str(), p.cfg.name.c_str(),
+                   verdict.c_str(), at.c_str(),
                    o.measured && !o.measured->step_ms.empty()
                        ? (" " + fixed(percentile(o.measured->step_ms, 0.5), "%.3f") + " ms").c_str()
                        : "");
@@ -725,6 +815,7 @@ int tradeoff(const TradeoffArgs& a) {
         c.reason = o.plan.skip;
       } else {
         const properties::CaseReport& rep = o.judged;
+        c.judged_size = o.plan.judged_size;  // the verdict is of that size, the figures of this one
         c.verdict = properties::disposition_name(rep.disposition);
         if (rep.disposition == Disposition::Skipped) {
           for (const auto& ch : rep.checks)
@@ -758,7 +849,11 @@ int tradeoff(const TradeoffArgs& a) {
             cc.sut_name = system.kind;
             cc.sut_version = system.info.version;
             cc.require_memory_savings = a.require_memory_savings && f->property == "memory";
-            cc.found_by = "recap tradeoff (size " + s.name + ", configuration " + c.name + ")";
+            cc.found_by = "recap tradeoff (size " + s.name + ", configuration " + c.name +
+                          (c.judged_size ? ", judged at hidden " + std::to_string(c.judged_size->hidden) + ", " +
+                                               std::to_string(c.judged_size->tokens) + " tokens"
+                                         : "") +
+                          ")";
             std::string err;
             tf.corpus_file = reports::write_corpus_entry(a.corpus_dir, fr, cc, &err);
             if (tf.corpus_file.empty()) throw UsageError("--corpus-dir: " + err);
@@ -828,7 +923,10 @@ int tradeoff(const TradeoffArgs& a) {
       configs_extra.push_back(extra);
     }
     report.sizes.push_back(size);
-    sizes_extra.push_back({{"tokens", s.tokens()}, {"dropout", s.dropout}, {"configurations", configs_extra}});
+    sizes_extra.push_back({{"tokens", s.tokens()},
+                           {"dropout", s.dropout},
+                           {"observed_per_step", static_cast<int64_t>(std::llround(observed_per_step(s)))},
+                           {"configurations", configs_extra}});
   }
 
   // The JSON: the model's fields, then recap tradeoff's own (the schema allows more).
@@ -842,6 +940,7 @@ int tradeoff(const TradeoffArgs& a) {
                              {"properties", a.properties.empty() ? Json("all") : Json(a.properties)},
                              {"require_memory_savings", a.require_memory_savings},
                              {"fp64_budget", a.fp64_budget},
+                             {"judge_budget", a.judge_budget},
                              {"known_findings", a.known_findings},
                              {"corpus_dir", a.corpus_dir}};
   j["context"]["seed"] = a.seed;
@@ -854,6 +953,7 @@ int tradeoff(const TradeoffArgs& a) {
     Json& sj = j["sizes"][si];
     sj["tokens"] = sizes_extra[si]["tokens"];
     sj["dropout"] = sizes_extra[si]["dropout"];
+    sj["observed_per_step"] = sizes_extra[si]["observed_per_step"];
     for (size_t ci = 0; ci < sj["configurations"].size(); ++ci) {
       const Json& extra = sizes_extra[si]["configurations"][ci];
       Json& cj = sj["configurations"][ci];
@@ -956,6 +1056,12 @@ void add_tradeoff_command(CLI::App& app, Runner* runner) {
   cmd->add_option("--fp64-budget", a->fp64_budget,
                   "Multiply-adds the fp64 reference oracle may cost per configuration; past it `reference` is skipped "
                   "with the figure as its reason")
+      ->check(CLI::Range(0.0, 1e18))
+      ->capture_default_str();
+  cmd->add_option("--judge-budget", a->judge_budget,
+                  "Elements the judged case may observe a step (parameters x (microbatches + 2), and with dropout one "
+                  "forward's masks); past it the configuration is judged at a smaller size (hidden and tokens at most "
+                  "256, halved until within it) and the report says so; the measured run keeps the size")
       ->check(CLI::Range(0.0, 1e18))
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Parameter, data and RNG seeds of every case (seed, seed + 1, seed + 2)")

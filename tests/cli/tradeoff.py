@@ -13,6 +13,14 @@
   fault        a planted fault (--fault rng-offset-baked): the graphed configurations are not
                passed, carry their finding (bucket, corpus file that replays it), exit 1; with a
                --known-findings file that names the bucket the finding carries its id and exit 0.
+  judge_size   --judge-budget (issue 19's compute-bound size): tests/cli/data/tradeoff-sweep-judge-size.json
+               with --judge-budget 20000: the size past it is judged at the smaller size the rule gives
+               (computed here from docs/DESIGN.md's rule), the same configuration, its report entry
+               says so (judged_size, schema-valid), its `case` is that size's and `recap replay`
+               reproduces the verdict, its figures are still measured at its own size; the size
+               within the budget is judged at its own size with no note; the table and `recap
+               report` show a note for the first size only; with a fault, the corpus files of the
+               first size are its judged size's cases and replay.
   torch_cpu    --sut torch on the CPU (the drivers' venv): eager configurations measured with the
                host clock and no memory figures (null, said in a note), graphed ones skipped with
                the reason the worker's hello gives; schema-valid.
@@ -274,4 +282,107 @@ def run_torch_cpu() -> None:
     print(f"ok: {len(names)} configurations on torch (CPU)")
 
 
-{"sim": run_sim, "fault": run_fault, "torch_cpu": run_torch_cpu}[CHECK]()
+def observed(layers, hidden, heads, ffn, tokens, microbatches, dropout) -> int:
+    """Elements the judged case observes a step (docs/DESIGN.md, section 8): parameters x
+    (microbatches + 2), and with dropout one forward's masks."""
+    block = 4 * hidden * hidden + 2 * hidden * ffn + 9 * hidden + ffn  # ln1, qkv, proj, ln2, fc1, fc2 with biases
+    masks = microbatches * layers * tokens * (heads * tokens + 2 * hidden) if dropout > 0 else 0
+    return layers * block * (microbatches + 2) + masks
+
+
+def judged_dims(size: dict, budget: float):
+    """The judged size's (hidden, heads, ffn, tokens) by the rule, or None (judged at its own size)."""
+    tokens = size["seq"] * size.get("micro_batch", 1)
+    ffn0 = size.get("ffn_hidden", 0)
+    ffn_of = lambda h: (round(ffn0 * h / size["hidden"]) or 1) if ffn0 else 4 * h
+    fig = lambda h, hd, t: observed(size["layers"], h, hd, ffn_of(h), t, size["microbatches"], size["dropout"])
+    if fig(size["hidden"], size["heads"], tokens) <= budget:
+        return None
+    heads_of = lambda h: max(d for d in range(1, min(size["heads"], 4) + 1) if h % d == 0)
+    fh, ft = min(size["hidden"], 8), min(tokens, 8)
+    h, t = min(size["hidden"], 256), min(tokens, 256)
+    while fig(h, heads_of(h), t) > budget and (h > fh or t > ft):
+        h, t = max(fh, h // 2), max(ft, t // 2)
+    return h, heads_of(h), ffn_of(h), t
+
+
+def run_judge_size() -> None:
+    sweep_path = os.path.join(DATA, "tradeoff-sweep-judge-size.json")
+    sweep = json.load(open(sweep_path))
+    budget = 20000
+    p = tradeoff("--sut", "recap", "--backend", "sim", "--sweep", sweep_path, "--judge-budget", str(budget),
+                 "--judged-replays", "2", "--report", "j.json", "--corpus-dir", "found")
+    check(p.returncode == 0, f"exit {p.returncode}, expected 0 (graph-safe configurations pass)")
+    r = load_valid("j.json")
+    check(r["context"]["oracles"]["judge_budget"] == budget, "the context names --judge-budget")
+    wide, narrow = r["sizes"]
+    sw, sn = sweep["sizes"]
+    full = observed(sw["layers"], sw["hidden"], sw["heads"], sw["ffn_hidden"], sw["seq"] * sw["micro_batch"],
+                    sw["microbatches"], sw["dropout"])
+    check(full > budget and wide["observed_per_step"] == full, f"wide observes {wide.get('observed_per_step')}, expected {full}")
+    dims = judged_dims(sw, budget)
+    check(dims is not None and dims != (sw["hidden"], sw["heads"], sw["ffn_hidden"], sw["seq"] * sw["micro_batch"]),
+          f"the rule must shrink wide: {dims}")
+    h, heads, ffn, tokens = dims
+    check(observed(sw["layers"], h, heads, ffn, tokens, sw["microbatches"], sw["dropout"]) <= budget, "judged size within")
+    check(judged_dims(sn, budget) is None and narrow["observed_per_step"] <= budget, "narrow is within the budget")
+    # the size entry stays the full size: what was measured
+    check(wide["hidden"] == sw["hidden"] and wide["heads"] == sw["heads"] and wide["tokens"] == sw["seq"] * sw["micro_batch"],
+          f"wide's size entry must be its own size: {wide['hidden']}, {wide['heads']}, {wide['tokens']}")
+    for c in wide["configurations"]:
+        n = c["name"]
+        js = c.get("judged_size")
+        check(js is not None, f"wide {n}: no judged_size")
+        check((js["hidden"], js["heads"], js["ffn_hidden"], js["tokens"]) == dims, f"wide {n}: judged_size {js}, expected {dims}")
+        check(f"{full} elements a step, over --judge-budget {budget}" in js["reason"], f"wide {n}: reason {js['reason']}")
+        case = c["case"]
+        check(case["hidden"] == h and case["tokens"] == tokens, f"wide {n}: judged case hidden {case['hidden']} tokens {case['tokens']}")
+        check(len(case["layers"]) == sw["layers"], f"wide {n}: judged case has {len(case['layers'])} layers")
+        for l in case["layers"]:
+            check(l["heads"] == heads and l["ffn_hidden"] == ffn and abs(l["dropout"] - sw["dropout"]) < 1e-6,
+                  f"wide {n}: judged layer {l}")
+            want_ck = "none" if c["checkpoint"] == "none" else c["checkpoint"]
+            check(l.get("checkpoint", "none") == want_ck, f"wide {n}: judged layer checkpoint {l.get('checkpoint')}")
+        check(case["microbatches"] == sw["microbatches"] and case["executor"] == c["executor"] and case["replays"] == 2,
+              f"wide {n}: judged case microbatches/executor/replays {case['microbatches']} {case['executor']} {case['replays']}")
+        check(c["verdict"] == "passed" and len(c["step_ms"]["samples"]) == STEPS, f"wide {n}: {c['verdict']}, measured")
+        # recap replay reproduces the verdict from the case the report holds
+        case = dict(case)
+        case["expected"] = {"disposition": c["verdict"]}
+        path = "wide-" + n.replace("/", "_") + ".json"
+        json.dump(case, open(path, "w"))
+        rp = subprocess.run([RECAP, "replay", path], capture_output=True, text=True)
+        check(rp.returncode == 0, f"wide {n}: recap replay {path}: exit {rp.returncode}\n{rp.stdout[-2000:]}{rp.stderr[-1000:]}")
+    for c in narrow["configurations"]:
+        check("judged_size" not in c, f"narrow {c['name']}: judged_size {c.get('judged_size')} within the budget")
+        check(c["case"]["hidden"] == sn["hidden"] and c["case"]["tokens"] == sn["seq"], f"narrow {c['name']}: judged case")
+    note = f"judged at hidden {h}, {heads} heads, ffn {ffn}, {tokens} tokens, not at this size"
+    lines = [l for l in p.stdout.splitlines() if "judged size:" in l]
+    check(len(lines) == 1 and note in lines[0] and "2 of 2 configurations" in lines[0], f"the table's note: {lines}")
+    check(p.stdout.index(lines[0]) < p.stdout.index("size narrow"), "the note is under wide's table")
+    rt = subprocess.run([RECAP, "report", "j.json"], capture_output=True, text=True)
+    check(rt.returncode == 0, f"recap report: exit {rt.returncode}\n{rt.stderr[-2000:]}")
+    lines = [l for l in rt.stdout.splitlines() if "judged size:" in l]
+    check(len(lines) == 1 and note in lines[0], f"recap report's note: {lines}")
+    check(rt.stdout.index(lines[0]) < rt.stdout.index("narrow:"), "recap report's note is under wide")
+    rh = subprocess.run([RECAP, "report", "j.json", "-o", "j.html"], capture_output=True, text=True)
+    if rh.returncode == 0:  # the page needs plotly.js; the text above is the same content
+        page = open("j.html").read()
+        check(page.count('class="note judged-size"') == 1 and note in page, "the page's note")
+    # a failure found at the judged size: its corpus file is that size's case, and replays
+    p = tradeoff("--backend", "sim", "--sweep", sweep_path, "--judge-budget", str(budget), "--fault", "rng-offset-baked",
+                 "--report", "f.json", "--corpus-dir", "found-fault")
+    check(p.returncode == 1, f"with a fault: exit {p.returncode}, expected 1")
+    for c in load_valid("f.json")["sizes"][0]["configurations"]:
+        check(c["verdict"] != "passed" and c.get("judged_size"), f"wide {c['name']} with a fault: {c['verdict']}")
+        f = c["findings"][0]["corpus_file"]
+        case = json.load(open(f))
+        check(case["hidden"] == h and case["tokens"] == tokens and case["layers"][0]["heads"] == heads,
+              f"wide {c['name']}: corpus file {f} at hidden {case['hidden']}, {case['tokens']} tokens")
+        check(f"judged at hidden {h}, {tokens} tokens" in case.get("description", ""), f"{f}: description {case.get('description')}")
+        rp = subprocess.run([RECAP, "replay", f], capture_output=True, text=True)
+        check(rp.returncode == 0, f"wide {c['name']}: recap replay {f}: exit {rp.returncode}\n{rp.stdout[-2000:]}")
+    print(f"ok: wide judged at {dims}, narrow at its own size")
+
+
+{"sim": run_sim, "fault": run_fault, "judge_size": run_judge_size, "torch_cpu": run_torch_cpu}[CHECK]()
