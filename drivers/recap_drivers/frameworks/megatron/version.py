@@ -6,6 +6,7 @@ part, "0.20.0+d98e8a64ddf3", so reports and corpus files name the commit that ra
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from pathlib import Path
 from typing import Mapping, Optional, Tuple
@@ -94,8 +95,6 @@ RECOMPUTE_CHOICES = ("graph-safe",)
 
 def recompute_requested(environ: Optional[Mapping[str, str]] = None) -> Tuple[str, str]:
     """(choice, problem): the recompute option the worker was started with ("" when unset)."""
-    import os
-
     v = (os.environ if environ is None else environ).get(RECOMPUTE_ENV, "")
     if v and v not in RECOMPUTE_CHOICES:
         return "", f"{RECOMPUTE_ENV}={v!r}: unknown; known: {', '.join(RECOMPUTE_CHOICES)}"
