@@ -46,7 +46,12 @@ bool failing(Disposition d);
 //                     and depth: models::check::tolerance)
 //   hygiene           after an injected capture failure, flags and streams are clean and the
 //                     next step works
+//   differential      (only with OracleOptions::differential) the same case on the other backend:
+//                     same disposition and failure, bitwise equal RNG ledgers, losses, gradients
+//                     and parameters within differential_tolerance
 const std::vector<std::string>& property_names();
+// Whether a property is judged only when asked for (differential: a second backend's run).
+bool opt_in_property(const std::string& name);
 // "" when every name is a property, else one line naming the first that is not.
 std::string unknown_property(const std::vector<std::string>& selected);
 
@@ -91,6 +96,9 @@ struct OracleOptions {
   // per run (the case's own, each twin, hygiene's injected run) its phases, per oracle its own
   // time less the runs it asked for. Off: no profile key, no clock read beyond the timings'.
   bool profile = false;
+  // --differential OTHER: the case is also run on a fresh device of OTHER (recap's runtime in this
+  // process) and compared with its own run (property differential). nullopt: not judged.
+  std::optional<device::BackendChoice> differential;
 };
 
 struct CaseReport {

@@ -182,6 +182,7 @@ std::string write_corpus_entry(const std::string& dir, const FailureRecord& e, c
   if (!e.error.empty()) exp["error"] = e.error;
   if (!e.api.empty()) exp["api"] = e.api;
   if (context.require_memory_savings) exp["require_memory_savings"] = true;
+  if (!context.differential.empty()) exp["differential"] = context.differential;
   c["expected"] = exp;
   if (!context.sut_name.empty()) c["sut"] = {{"name", context.sut_name}, {"version", context.sut_version}};
   Json found = Json::object();

@@ -68,6 +68,7 @@ struct CorpusContext {
   // FILE` runs it on (not part of the case: the file name does not depend on it).
   std::string sut_name, sut_version;
   bool require_memory_savings = false;  // the oracle option the failure needs (recorded in expected)
+  std::string differential;             // a differential failure: the other backend (expected.differential)
   // What found it, for the description: "" is a fuzz campaign ("recap fuzz (seed N, M shrinks)");
   // recap tradeoff names itself and the configuration (its case is not shrunk).
   std::string found_by;

@@ -262,6 +262,8 @@ void save_failures(CampaignResult& r, const std::string& corpus_dir, bool requir
     if (!f.flaky.empty()) continue;  // not a reproducer (confirm_failures)
     reports::CorpusContext context;
     context.require_memory_savings = require_memory_savings && f.property == "memory";
+    if (f.property == "differential" && o.fuzz.oracle.differential)  // replay judges it against the same backend
+      context.differential = *o.fuzz.oracle.differential == device::BackendChoice::Cuda ? "cuda" : "sim";
     context.sut_name = o.sut_kind;
     context.sut_version = o.sut_info.version;
     std::string err;

@@ -108,10 +108,12 @@ int shard_cases(int cases, int chunk, int i, int n);
 
 // Replays one case file (already validated into *spec) on `backend`; prints the verdict and, when
 // a check diverged, the step-by-step table of the first divergence. `print` false: quiet. `profile`:
-// the case report's timings.profile (--profile).
+// the case report's timings.profile (--profile). `differential`: property differential against
+// that backend (--differential).
 ReplayOutcome replay_case(const std::string& path, const training::CaseSpec& spec, const std::string& backend,
                           bool require_memory_savings, const std::vector<std::string>& properties,
-                          const std::shared_ptr<sut::Sut>& sut, bool print, bool profile = false);
+                          const std::shared_ptr<sut::Sut>& sut, bool print, bool profile = false,
+                          std::optional<device::BackendChoice> differential = std::nullopt);
 
 // The flags fuzz and gate share.
 struct FuzzFlags {
@@ -137,13 +139,15 @@ struct FuzzFlags {
   std::vector<std::string> properties;  // --property; empty: all
   SutFlags sut;
   bool profile = false;  // --profile: timings.profile per case, the summary's phase table
+  std::string differential;  // --differential OTHER: property differential against that backend ("" off)
 };
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f);
 // Resolves the backend, seed, shard and policy; *seed_random when the seed was drawn.
 CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::string* device_name);
 reports::RunContext run_context(const char* command, const CampaignOptions& o, const std::string& device_name);
 // The properties a campaign checks: its --property selection, else all.
-std::vector<std::string> checked_properties(const std::vector<std::string>& selected);
+// An opt-in property (differential) only when `differential` asks for it.
+std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential = false);
 
 // Runs every reporter the flags ask for: the console summary, and --report / --junit when given.
 void report_outcome(const reports::Outcome& o, const std::string& report_path, const std::string& junit_path);

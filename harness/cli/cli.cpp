@@ -1,6 +1,7 @@
 // The recap command line's shared pieces (cli.h): the backend, property and system-under-test
 // options, starting a system under test, opening a device, checking output paths. main.cpp holds
 // main() alone; each subcommand (*_cmd.cpp) uses these.
+#include <algorithm>
 #include <unistd.h>
 
 #include <cctype>
@@ -68,6 +69,26 @@ void add_profile_flag(CLI::App& cmd, bool* profile) {
                "synchronizations, a worker's protocol and its own phases), per oracle (the fp64 reference, hygiene...); "
                "the summary gives each phase's median, p90 and share of the cases' time (docs/profile.md). Timings: "
                "excluded from determinism comparisons");
+}
+
+void add_differential_option(CLI::App& cmd, std::string* other) {
+  cmd.add_option("--differential", *other,
+                 "Also run each case on a fresh device of backend OTHER (sim or cuda; recap's runtime only, in this "
+                 "process) and judge property differential: same disposition and failure, bitwise equal RNG ledgers, "
+                 "losses, gradients and parameters within a per-dtype tolerance. OTHER may equal --backend (a self-check)");
+}
+
+std::optional<device::BackendChoice> resolve_differential(const std::string& other, const std::string& sut,
+                                                          const std::vector<std::string>& properties) {
+  const bool asked = std::find(properties.begin(), properties.end(), "differential") != properties.end();
+  if (other.empty()) {
+    if (asked) throw UsageError("--property differential needs --differential OTHER (sim or cuda)");
+    return std::nullopt;
+  }
+  if (other != "sim" && other != "cuda") throw UsageError("--differential: must be sim or cuda, got '" + other + "'");
+  if (sut != "recap" && sut != "recap-worker")
+    throw UsageError("--differential: compares recap's runtime on two backends; --sut " + sut + " is not recap's runtime");
+  return other == "cuda" ? device::BackendChoice::Cuda : device::BackendChoice::Sim;
 }
 
 std::string parse_sut(const std::string& text, SutChoice* out) {

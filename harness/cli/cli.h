@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,13 @@ void add_sut_options(CLI::App& cmd, SutFlags* f);
 void add_case_timeout_option(CLI::App& cmd, double* seconds);
 // Adds --profile (fuzz, replay, gate): each case report's timings.profile, the summary's table.
 void add_profile_flag(CLI::App& cmd, bool* profile);
+// Adds --differential OTHER (fuzz, gate, replay): property differential against backend OTHER.
+void add_differential_option(CLI::App& cmd, std::string* other);
+// --differential's value resolved: nullopt when absent. UsageError (exit 2) when OTHER is not sim
+// or cuda, when the system under test is not recap's runtime (`sut`: recap, recap-worker), or when
+// --property names differential without it. OTHER may equal the case's backend: a self-check.
+std::optional<device::BackendChoice> resolve_differential(const std::string& other, const std::string& sut,
+                                                          const std::vector<std::string>& properties);
 
 // A --sut value: recap, recap-worker, torch, megatron, the last two with an optional @VERSION.
 struct SutChoice {

@@ -18,6 +18,7 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   add_property_option(*cmd, &f->properties);
   add_sut_options(*cmd, &f->sut);
   add_profile_flag(*cmd, &f->profile);
+  add_differential_option(*cmd, &f->differential);
   cmd->add_option("--cases", f->cases, "Cases to generate (all shards and jobs together)")
       ->check(CLI::Range(1, 100000000))
       ->capture_default_str();
@@ -139,6 +140,7 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.stop = stop_flag();
   o.fuzz.oracle.properties = f.properties;
   o.fuzz.oracle.profile = f.profile;
+  o.fuzz.oracle.differential = resolve_differential(f.differential, f.sut.sut, f.properties);
   o.sut = f.sut;
   // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent
   // of worker processes only spawns and merges (each worker process makes its own system under
@@ -197,11 +199,18 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
              {"stop_on_first", !o.fuzz.keep_going},
              {"time_budget", o.fuzz.time_budget_s},
              {"known_findings", o.known->path}};
+  // only when asked: the flags of a campaign without it stay as they were (recap merge compares them)
+  if (o.fuzz.oracle.differential)
+    c.flags["differential"] = *o.fuzz.oracle.differential == device::BackendChoice::Cuda ? "cuda" : "sim";
   return c;
 }
 
-std::vector<std::string> checked_properties(const std::vector<std::string>& selected) {
-  return selected.empty() ? properties::property_names() : selected;
+std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential) {
+  if (!selected.empty()) return selected;
+  std::vector<std::string> all;
+  for (const auto& p : properties::property_names())
+    if (differential || !properties::opt_in_property(p)) all.push_back(p);
+  return all;
 }
 
 void report_outcome(const reports::Outcome& o, const std::string& report_path, const std::string& junit_path) {

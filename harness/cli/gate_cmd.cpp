@@ -59,7 +59,8 @@ int gate(GateArgs a) {
   const auto replay_sut = o.fuzz.oracle.sut ? o.fuzz.oracle.sut : make_sut(f.sut, f.sut.sut, o.backend).sut;
   int differ = 0;
   for (size_t i = 0; i < files.size(); ++i) {
-    replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, replay_sut, false, f.profile));
+    replays.push_back(replay_case(files[i], specs[i], o.backend, false, f.properties, replay_sut, false, f.profile,
+                                  o.fuzz.oracle.differential));
     const auto& r = replays.back();
     differ += !r.as_expected;
     std::printf("  %-60s %-9s %s\n", files[i].c_str(), r.disposition.c_str(),
@@ -74,7 +75,7 @@ int gate(GateArgs a) {
   out.context = ctx;
   out.campaign = &r;
   out.replays = &replays;
-  out.properties = checked_properties(f.properties);
+  out.properties = checked_properties(f.properties, !f.differential.empty());
   reports::ConsoleReporter().report(out);
 
   // 3. coverage

@@ -282,7 +282,7 @@ int merge(const MergeFlags& f) {
   out.title = "recap merge";
   out.context = merged_context(shards);
   out.campaign = &r;
-  out.properties = checked_properties(out.context.properties);
+  out.properties = checked_properties(out.context.properties, out.context.flags.contains("differential"));
   out.exit_code = unknown > 0 || !r.crashes.empty() ? kExitFailed : kExitOk;
   out.interrupted = partial;
   report_outcome(out, f.report, f.junit);

@@ -8,7 +8,9 @@
 // With --sut torch|megatron[@V] the mutants are the framework's (drivers/recap_drivers/mutants/,
 // listed by the driver's hello): one campaign per mutant in a worker started with
 // RECAP_FRAMEWORK_MUTANT=<name>, after a clean baseline in a worker without one. A mutant the worker
-// cannot fire (a graph mutant on the CPU) is "not exercised", never killed nor survived.
+// cannot fire (a graph mutant on the CPU) is "not exercised", never killed nor survived. So is a
+// fault point of recap's that changes the cuda backend only (runtime::fault_needs_cuda) on sim; on
+// cuda its campaign also judges property differential against sim, which is what sees it.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -131,6 +133,7 @@ TimedCampaign timed_campaign(const properties::FuzzOptions& fuzz, const KnownFin
 struct Mutant {
   std::string fault, policy;
   bool killed = false;
+  std::string not_exercised;  // why the fault cannot fire on this backend ("" it can)
   int cases = 0;               // run in all; when killed, up to and including the first failing one
   double seconds = 0.0;        // to the first failing case's verdict (killed) or the whole campaign
   Kill kill;
@@ -152,6 +155,8 @@ TimedCampaign campaign(CampaignOptions o, const std::string& policy, const std::
 }
 
 Json mutant_json(const Mutant& m) {
+  if (!m.not_exercised.empty())
+    return {{"fault", m.fault}, {"policy", m.policy}, {"verdict", "not exercised"}, {"reason", m.not_exercised}};
   Json j = {{"fault", m.fault}, {"policy", m.policy}, {"verdict", m.killed ? "killed" : "survived"}, {"cases", m.cases},
             {"seconds", m.seconds}};
   if (m.killed) add_kill_fields(j, m.kill);
@@ -208,6 +213,15 @@ int mutants(const MutantsArgs& a) {
     // a fault that kills the process runs in a worker process (recap worker), restarted after each
     // case it kills: the crash is recorded, shrunk and written like any failure
     CampaignOptions fo = o;
+    if (runtime::fault_needs_cuda(m.fault)) {
+      if (o.backend != "cuda") {
+        m.not_exercised = "changes the cuda backend only: nothing to fire on " + o.backend;
+        std::printf("  %-26s %-11s %-9s %s\n", m.fault.c_str(), m.policy.c_str(), "-", ("not exercised: " + m.not_exercised).c_str());
+        out.push_back(std::move(m));
+        continue;
+      }
+      fo.fuzz.oracle.differential = device::BackendChoice::Sim;  // the cuda run against sim's
+    }
     if (runtime::fault_kills_process(m.fault)) {
       SystemUnderTest w = make_sut(o.sut, "recap-worker", o.backend);
       fo.fuzz.oracle.sut = w.sut;
@@ -233,9 +247,11 @@ int mutants(const MutantsArgs& a) {
 
   std::vector<double> times;
   std::string survived;
-  int max_layers = 0;
+  int max_layers = 0, not_exercised = 0;
   for (const Mutant& m : out) {
-    if (m.killed) {
+    if (!m.not_exercised.empty()) {
+      ++not_exercised;
+    } else if (m.killed) {
       times.push_back(m.seconds);
       max_layers = std::max(max_layers, m.kill.layers);
     } else {
@@ -245,8 +261,9 @@ int mutants(const MutantsArgs& a) {
   std::sort(times.begin(), times.end());
   const double median = times.empty() ? 0.0 : times[times.size() / 2];
   const double worst = times.empty() ? 0.0 : times.back();
-  std::printf("  killed %zu of %zu%s; time to kill: median %.3f s, max %.3f s; shrunk cases: at most %d layers\n",
-              times.size(), out.size(), survived.empty() ? "" : (" (survived: " + survived + ")").c_str(), median, worst,
+  std::printf("  killed %zu of %zu%s%s; time to kill: median %.3f s, max %.3f s; shrunk cases: at most %d layers\n",
+              times.size(), out.size() - not_exercised,
+              not_exercised ? (" (" + std::to_string(not_exercised) + " not exercised here)").c_str() : "", survived.empty() ? "" : (" (survived: " + survived + ")").c_str(), median, worst,
               max_layers);
   const bool all_killed = survived.empty();
   if (!a.report.empty()) {
@@ -255,7 +272,8 @@ int mutants(const MutantsArgs& a) {
     Json ms = Json::array();
     for (const Mutant& m : out) ms.push_back(mutant_json(m));
     j["mutants"] = ms;
-    j["summary"] = {{"faults", out.size()}, {"killed", times.size()}, {"survived", out.size() - times.size()},
+    j["summary"] = {{"faults", out.size()}, {"killed", times.size()},
+                    {"survived", out.size() - times.size() - not_exercised}, {"not_exercised", not_exercised},
                     {"median_seconds_to_kill", median}, {"max_seconds_to_kill", worst}, {"max_layers", max_layers}};
     reports::write_or_throw(a.report, j.dump(2) + "\n", "--report");
   }

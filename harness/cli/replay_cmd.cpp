@@ -148,7 +148,8 @@ bool check_failed(const properties::CheckResult& c) {
 
 ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const std::string& backend,
                           bool require_memory_savings, const std::vector<std::string>& properties,
-                          const std::shared_ptr<sut::Sut>& sut, bool print, bool profile) {
+                          const std::shared_ptr<sut::Sut>& sut, bool print, bool profile,
+                          std::optional<device::BackendChoice> differential) {
   ReplayOutcome out;
   out.path = path;
   out.expected = spec.expected;
@@ -169,6 +170,13 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
   opts.properties = properties;
   opts.sut = sut;
   opts.profile = profile;
+  opts.differential = differential;
+  // a differential counterexample names the backend it was judged against (expected.differential)
+  if (!differential && exp_obj && exp.contains("differential") && exp["differential"].is_string()) {
+    const std::string other = exp["differential"].get<std::string>();
+    if (other == "sim" || other == "cuda")
+      opts.differential = other == "cuda" ? device::BackendChoice::Cuda : device::BackendChoice::Sim;
+  }
   opts.require_memory_savings =
       require_memory_savings || (exp_obj && exp.contains("require_memory_savings") && exp["require_memory_savings"].is_boolean() &&
                                  exp["require_memory_savings"].get<bool>());
@@ -246,6 +254,7 @@ struct ReplayArgs {
   SutFlags sut;  // without --sut, each file runs on its own "sut" (recap when it names none)
   std::string report;
   bool profile = false;
+  std::string differential;  // --differential OTHER
 };
 
 int replay(const ReplayArgs& a) {
@@ -274,6 +283,13 @@ int replay(const ReplayArgs& a) {
       suts[i] = sut_text(named.name, named.version);
     }
   }
+  // --differential: recap's runtime only (each file's sut, or --sut, must be recap or recap-worker)
+  std::optional<device::BackendChoice> differential;
+  for (size_t i = 0; i < a.files.size(); ++i) {
+    const std::string sut = suts[i].substr(0, suts[i].find('@'));
+    differential = resolve_differential(a.differential, sut, a.properties);
+  }
+  if (a.files.empty()) differential = resolve_differential(a.differential, a.sut.sut, a.properties);
   open_device(a.backend);  // an unusable backend is bad usage, said once
   const std::string backend = device::backend_name(open_device(a.backend)->backend());
   // Every system the files need, started and greeted before any case runs.
@@ -291,7 +307,7 @@ int replay(const ReplayArgs& a) {
   int differ = 0;
   for (size_t i = 0; i < a.files.size(); ++i) {
     outs.push_back(replay_case(a.files[i], specs[i], a.backend, a.require_memory_savings, a.properties,
-                               systems.at(suts[i]).sut, true, a.profile));
+                               systems.at(suts[i]).sut, true, a.profile, differential));
     differ += !outs.back().as_expected;
   }
   if (a.files.size() > 1)
@@ -338,6 +354,7 @@ void add_replay_command(CLI::App& app, Runner* runner) {
   add_property_option(*cmd, &args->properties);
   add_sut_options(*cmd, &args->sut);
   add_profile_flag(*cmd, &args->profile);
+  add_differential_option(*cmd, &args->differential);
   cmd->get_option("--sut")->description(
       "System under test (default: the one the file names, recap when it names none): recap, recap-worker, "
       "torch[@VERSION] or megatron[@VERSION]");

@@ -133,6 +133,10 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back(p);
     }
     if (o.fuzz.oracle.profile) args.push_back("--profile");
+    if (o.fuzz.oracle.differential) {
+      args.push_back("--differential");
+      args.push_back(*o.fuzz.oracle.differential == device::BackendChoice::Cuda ? "cuda" : "sim");
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

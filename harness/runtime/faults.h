@@ -41,6 +41,7 @@ enum class Fault : uint8_t {
   RecomputeSavesNothing,   // class 2: graph-safe checkpoints keep every activation while a stream captures
   PoolNoReuse,             // a graph pool never hands a freed block to a later tensor: it grows within a capture
   LayerSegfault,           // a layer's recompute kills the process (SIGSEGV): the crash path
+  CudaDropoutOffset,       // the cuda dropout kernel draws 4 values past its Philox offset (GPU only)
 };
 
 inline constexpr EnumName<Fault> kFaultNames[] = {
@@ -68,14 +69,19 @@ inline constexpr EnumName<Fault> kFaultNames[] = {
     {Fault::RecomputeSavesNothing, "recompute-saves-nothing"},
     {Fault::PoolNoReuse, "pool-no-reuse"},
     {Fault::LayerSegfault, "layer-segfault"},
+    {Fault::CudaDropoutOffset, "cuda-dropout-offset"},
 };
+// A fault that changes the cuda backend only (its CUDA kernel body; the sim body is untouched): on
+// sim it cannot fire, so recap mutants --backend sim reports it "not exercised", and on cuda only
+// property differential (against sim) is sure to see it.
+inline bool fault_needs_cuda(const std::string& name) { return name == "cuda-dropout-offset"; }
 // A fault that kills the process running the case: only a worker process (`recap worker`, which
 // sets g_process_killing_faults_allowed) turns it on; elsewhere FaultScope leaves it off.
 inline bool fault_kills_process(const std::string& name) { return name == "layer-segfault"; }
 extern bool g_process_killing_faults_allowed;
 // The first of `names` that kills the process, or "".
 std::string process_killing_fault(const std::vector<std::string>& names);
-inline constexpr Fault kLastFault = Fault::LayerSegfault;  // the enum's last value (tests: one table entry each)
+inline constexpr Fault kLastFault = Fault::CudaDropoutOffset;  // the enum's last value (tests: one table entry each)
 inline std::string fault_name(Fault f) { return name_of(kFaultNames, f); }
 inline bool fault_from_name(const std::string& s, Fault* out) { return from_name(kFaultNames, s, out); }
 

@@ -109,6 +109,8 @@ struct Oracle {
   // It applies another system's dropout masks to its fp64 reference: the system is asked to send
   // them (run_request).
   bool reads_masks = false;
+  // Judged only when its option asks for it (OracleOptions::differential), even with no --property.
+  bool opt_in = false;
 };
 
 // Whether opts selects the property (no selection: every one).
@@ -151,6 +153,21 @@ CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec
 // masks are applied only when it sent them (the worker's mask_frames).
 bool masks_sent(const training::StepRecord& step);
 Oracle hygiene_oracle();
+Oracle differential_oracle();
+
+// The differential's tolerance for losses, gradients and parameters of two backends' runs of one
+// case: a value a of one run against b of the other passes when |a - b| <= atol + rtol * |b|.
+struct DifferentialTolerance {
+  double rtol = 0, atol = 0;
+};
+DifferentialTolerance differential_tolerance(runtime::DType dtype);
+// The differential's judge of two runs of `spec` (the case's own on `own_backend`, the other's on
+// `other_backend`; unit tests give synthetic ones): skipped when the other did not run (its
+// trouble named), incorrect at the first difference of disposition, failure, graphs, ledger entry
+// (bitwise) or tensor (beyond differential_tolerance of spec.model.dtype), else passed with what
+// was compared and the worst relative error seen.
+CheckResult compare_backends(const training::CaseSpec& spec, const training::RunResult& own, const std::string& own_backend,
+                             const Run& other, const std::string& other_backend);
 
 // Check results.
 CheckResult passed(const std::string& property, const std::string& evidence);

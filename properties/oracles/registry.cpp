@@ -8,11 +8,19 @@ namespace recap::properties {
 const std::vector<Oracle>& oracles() {
   static const std::vector<Oracle> all = {capture_clean_oracle(), eager_vs_graphed_oracle(), recompute_on_off_oracle(),
                                           rng_ledger_oracle(),    memory_oracle(),           reference_oracle(),
-                                          training_oracle(),      hygiene_oracle()};
+                                          training_oracle(),      hygiene_oracle(),          differential_oracle()};
   return all;
 }
 
+bool opt_in_property(const std::string& name) {
+  for (const Oracle& o : oracles())
+    if (o.opt_in && name == o.name) return true;
+  return false;
+}
+
 bool selected(const OracleOptions& opts, const std::string& property) {
+  // an opt-in oracle (differential) runs only when its option asks for it
+  if (opt_in_property(property) && !opts.differential) return false;
   if (opts.properties.empty()) return true;
   for (const auto& q : opts.properties)
     if (q == property) return true;

@@ -1071,6 +1071,34 @@ ROWS
   [ "$bad" -eq 0 ] || fail "a reproducer is not diagnosed as its class"
   [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 24 ] || fail "a fault without a row here"
   ;;
+fuzz_differential_sim)
+  # Property differential, sim against sim (a self-check: the only pair the CPU runs): 50 cases,
+  # exit 0, every judged case carries a differential check, most passed with their evidence, none
+  # failing; the report validates; without --differential no case has the check (off unless asked).
+  py=$(command -v /usr/bin/python3 || command -v python3)
+  "$recap" fuzz --backend sim --differential sim --cases 50 --seed 1 --report d.json --corpus-dir dc > out.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat out.txt; fail "exit $rc"; }
+  validate_report d.json
+  "$recap" fuzz --backend sim --cases 5 --seed 1 --report plain.json --corpus-dir pc > /dev/null || fail "fuzz without --differential"
+  "$py" - d.json plain.json <<'PY' || fail "differential report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["context"]["flags"]["differential"] == "sim", r["context"]["flags"]
+checks = [c for case in r["cases"] for c in case["checks"] if c["property"] == "differential"]
+passed = [c for c in checks if c["disposition"] == "passed"]
+assert len(checks) >= 45, len(checks)
+assert len(passed) >= 40, [c.get("reason") for c in checks if c["disposition"] != "passed"][:5]
+assert all(c["disposition"] in ("passed", "skipped") for c in checks), [c for c in checks if c["disposition"] not in ("passed", "skipped")][:2]
+for c in passed:
+    e = c["evidence"]
+    assert e.startswith("sim vs sim: "), e
+    assert "ledger entries bitwise equal" in e and "worst relative error 0.00e+00" in e, e
+plain = json.load(open(sys.argv[2]))
+assert "differential" not in plain["context"]["flags"], plain["context"]["flags"]
+assert not [c for case in plain["cases"] for c in case["checks"] if c["property"] == "differential"]
+print(len(passed), "of", len(checks), "differential checks passed; e.g.", passed[0]["evidence"])
+PY
+  ;;
 report_names_the_given_commit)
   # RECAP_GIT_COMMIT names the commit in the report (a copy of the tree whose .git is not the
   # tree's), full or abbreviated; anything else is not a commit and is ignored.
