@@ -1072,31 +1072,41 @@ ROWS
   [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 24 ] || fail "a fault without a row here"
   ;;
 fuzz_differential_sim)
-  # Property differential, sim against sim (a self-check: the only pair the CPU runs): 50 cases,
-  # exit 0, every judged case carries a differential check, most passed with their evidence, none
-  # failing; the report validates; without --differential no case has the check (off unless asked).
+  # Property differential, sim against sim (a self-check: the only pair the CPU runs). 50 cases of
+  # every policy judged by differential alone: exit 0, each case checked, passed with its evidence
+  # (runs that fail, fail the same way on both), none failing. 20 graph-safe cases with every
+  # property: exit 0, differential among the checks. Without --differential no case has the check
+  # (off unless asked). The reports validate.
   py=$(command -v /usr/bin/python3 || command -v python3)
-  "$recap" fuzz --backend sim --differential sim --cases 50 --seed 1 --report d.json --corpus-dir dc > out.txt; rc=$?
+  "$recap" fuzz --backend sim --differential sim --property differential --cases 50 --seed 1 --report d.json --corpus-dir dc > out.txt; rc=$?
   [ "$rc" -eq 0 ] || { cat out.txt; fail "exit $rc"; }
   validate_report d.json
-  "$recap" fuzz --backend sim --cases 5 --seed 1 --report plain.json --corpus-dir pc > /dev/null || fail "fuzz without --differential"
-  "$py" - d.json plain.json <<'PY' || fail "differential report"
+  "$recap" fuzz --backend sim --differential sim --policy graph-safe --cases 20 --seed 1 --report all.json --corpus-dir ac > out2.txt; rc=$?
+  [ "$rc" -eq 0 ] || { cat out2.txt; fail "exit $rc with every property"; }
+  "$recap" fuzz --backend sim --policy graph-safe --cases 5 --seed 1 --report plain.json --corpus-dir pc > /dev/null || fail "fuzz without --differential"
+  "$py" - d.json all.json plain.json <<'PY' || fail "differential report"
 import json, sys
+def diff_checks(r):
+    return [c for case in r["cases"] for c in case["checks"] if c["property"] == "differential"]
 r = json.load(open(sys.argv[1]))
 assert r["context"]["flags"]["differential"] == "sim", r["context"]["flags"]
-checks = [c for case in r["cases"] for c in case["checks"] if c["property"] == "differential"]
+checks = diff_checks(r)
 passed = [c for c in checks if c["disposition"] == "passed"]
 assert len(checks) >= 45, len(checks)
 assert len(passed) >= 40, [c.get("reason") for c in checks if c["disposition"] != "passed"][:5]
 assert all(c["disposition"] in ("passed", "skipped") for c in checks), [c for c in checks if c["disposition"] not in ("passed", "skipped")][:2]
 for c in passed:
     e = c["evidence"]
-    assert e.startswith("sim vs sim: "), e
+    assert e.startswith("sim vs sim: both "), e
     assert "ledger entries bitwise equal" in e and "worst relative error 0.00e+00" in e, e
-plain = json.load(open(sys.argv[2]))
+failed_alike = [c for c in passed if "both failed the same way" in c["evidence"]]
+a = json.load(open(sys.argv[2]))
+assert len([c for c in diff_checks(a) if c["disposition"] == "passed"]) >= 15, diff_checks(a)[:3]
+assert {c["property"] for case in a["cases"] for c in case["checks"]} >= {"capture_clean", "eager_vs_graphed", "differential"}
+plain = json.load(open(sys.argv[3]))
 assert "differential" not in plain["context"]["flags"], plain["context"]["flags"]
-assert not [c for case in plain["cases"] for c in case["checks"] if c["property"] == "differential"]
-print(len(passed), "of", len(checks), "differential checks passed; e.g.", passed[0]["evidence"])
+assert not diff_checks(plain)
+print(len(passed), "of", len(checks), "differential checks passed,", len(failed_alike), "of them runs that failed alike; e.g.", passed[0]["evidence"])
 PY
   ;;
 report_names_the_given_commit)
