@@ -284,12 +284,14 @@ int replay(const ReplayArgs& a) {
     }
   }
   // --differential: recap's runtime only (each file's sut, or --sut, must be recap or recap-worker)
+  // (--property differential alone is refused unless a file names its other backend itself)
+  bool file_names_other = false;
+  for (const CaseSpec& s : specs) file_names_other = file_names_other || (s.expected.is_object() && s.expected.contains("differential"));
   std::optional<device::BackendChoice> differential;
   for (size_t i = 0; i < a.files.size(); ++i) {
     const std::string sut = suts[i].substr(0, suts[i].find('@'));
-    differential = resolve_differential(a.differential, sut, a.properties);
+    differential = resolve_differential(a.differential, sut, file_names_other ? std::vector<std::string>{} : a.properties);
   }
-  if (a.files.empty()) differential = resolve_differential(a.differential, a.sut.sut, a.properties);
   open_device(a.backend);  // an unusable backend is bad usage, said once
   const std::string backend = device::backend_name(open_device(a.backend)->backend());
   // Every system the files need, started and greeted before any case runs.

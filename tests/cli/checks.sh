@@ -1108,6 +1108,18 @@ assert "differential" not in plain["context"]["flags"], plain["context"]["flags"
 assert not diff_checks(plain)
 print(len(passed), "of", len(checks), "differential checks passed,", len(failed_alike), "of them runs that failed alike; e.g.", passed[0]["evidence"])
 PY
+  # A counterexample's file names the backend it was judged against (expected.differential):
+  # replay judges differential without the flag, and not without that key.
+  "$py" - "$src/corpus/graph-safe-eager.json" named.json <<'PY' || fail "writing named.json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["expected"] = {"disposition": "passed", "differential": "sim"}
+json.dump(c, open(sys.argv[2], "w"))
+PY
+  "$recap" replay --backend sim named.json > rn.txt || { cat rn.txt; fail "replay of named.json"; }
+  grep -Eq "^  differential +passed" rn.txt || { cat rn.txt; fail "replay did not judge differential from expected.differential"; }
+  "$recap" replay --backend sim "$src/corpus/graph-safe-eager.json" > rp.txt || fail "plain replay"
+  ! grep -Eq "^  differential " rp.txt || { cat rp.txt; fail "plain replay judged differential"; }
   ;;
 report_names_the_given_commit)
   # RECAP_GIT_COMMIT names the commit in the report (a copy of the tree whose .git is not the
