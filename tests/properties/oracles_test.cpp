@@ -493,8 +493,11 @@ TEST(Dispositions, NamesAndOrder) {
   EXPECT_EQ(worse(Disposition::Failed, Disposition::Crashed), Disposition::Crashed);
   EXPECT_EQ(worse(Disposition::Skipped, Disposition::Passed), Disposition::Passed);
   const std::vector<std::string> order = {"capture_clean", "eager_vs_graphed", "recompute_on_off", "rng_ledger",
-                                          "memory",        "reference",        "training",         "hygiene"};
+                                          "memory",        "reference",        "training",         "hygiene",
+                                          "differential"};
   EXPECT_EQ(property_names(), order);
+  // differential is judged only when asked for (--differential OTHER); the others by default
+  for (const auto& p : order) EXPECT_EQ(opt_in_property(p), p == "differential") << p;
 }
 
 // A framework's failure is diagnosed from what its driver reports: the megatron-core driver's
