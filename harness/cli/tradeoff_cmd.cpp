@@ -654,6 +654,8 @@ int tradeoff(const TradeoffArgs& a) {
     sw.sizes = {a.size};
   }
   if (std::string e = properties::unknown_property(a.properties); !e.empty()) throw UsageError("--property: " + e);
+  for (const auto& prop : a.properties)
+    if (properties::opt_in_property(prop)) throw UsageError("--property " + prop + ": recap tradeoff does not judge it (recap fuzz --differential does)");
   if (!std::isfinite(a.fp64_budget)) throw UsageError("--fp64-budget: must be a finite number of multiply-adds");
   if (!std::isfinite(a.judge_budget)) throw UsageError("--judge-budget: must be a finite number of elements");
   SutChoice choice;
@@ -722,6 +724,7 @@ int tradeoff(const TradeoffArgs& a) {
         std::map<std::string, std::string> why_not;
         const double cost = reference_cost(judged);
         for (const auto& prop : properties::property_names()) {
+          if (properties::opt_in_property(prop)) continue;  // differential: never asked for here
           if (!a.properties.empty() && !listed(a.properties, prop)) why_not[prop] = "not selected (--property)";
           else if (prop == "reference" && cost > a.fp64_budget) {
             char b[200];
@@ -737,6 +740,7 @@ int tradeoff(const TradeoffArgs& a) {
         if (!why_not.empty()) {  // in the registry's order, with the checks that ran
           std::vector<properties::CheckResult> all;
           for (const auto& prop : properties::property_names()) {
+            if (properties::opt_in_property(prop)) continue;
             if (auto w = why_not.find(prop); w != why_not.end()) {
               all.push_back(properties::skipped(prop, w->second));
               continue;
