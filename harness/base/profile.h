@@ -10,6 +10,9 @@
 //   within those (counters that overlap them, and may overlap each other):
 //     h2d_ms d2h_ms (synchronous host-device copies) sync_ms (the host waiting at stream, event and
 //     device synchronizations) sim_work_ms (sim: the simulated device work it runs on the host)
+//     launch_ms (the host inside kernel and graph launches: a full launch queue blocks there)
+//     alloc_ms (device allocations and frees; cudaFree waits for the device) host_data_ms (the
+//     step's inputs and targets made on the host and uploaded)
 #pragma once
 
 #include <chrono>
@@ -37,13 +40,16 @@ inline constexpr const char* kH2D = "h2d_ms";
 inline constexpr const char* kD2H = "d2h_ms";
 inline constexpr const char* kSync = "sync_ms";
 inline constexpr const char* kSimWork = "sim_work_ms";
+inline constexpr const char* kLaunch = "launch_ms";
+inline constexpr const char* kAlloc = "alloc_ms";
+inline constexpr const char* kHostData = "host_data_ms";
 inline constexpr const char* kOther = "other_ms";
 
 // The disjoint phases of a run, in the order a run goes through them (reports list them so).
 inline constexpr const char* kDisjoint[] = {kStartup, kModelBuild, kEagerSteps, kWarmup, kCapture, kReplay,
                                             kHygiene, kTeardown,  kRequest,    kExchange, kDecode, kEncode};
 // The counters within them.
-inline constexpr const char* kWithin[] = {kH2D, kD2H, kSync, kSimWork};
+inline constexpr const char* kWithin[] = {kH2D, kD2H, kSync, kSimWork, kLaunch, kAlloc, kHostData};
 
 namespace detail {
 inline thread_local Phases* g_sink = nullptr;

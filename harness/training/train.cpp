@@ -178,6 +178,7 @@ std::vector<float> step_data(const CaseSpec& spec, int step, int microbatch, int
 
 void Trainer::load_step_data(int step) {
   check(dev.device_synchronize(), "cudaDeviceSynchronize", "loading the step's data");
+  profile::Scope prof(profile::kHostData);
   for (int m = 0; m < spec.microbatches; ++m) {
     from_floats(dev, input[m], fresh_values(step, m, 0));
     from_floats(dev, target[m], fresh_values(step, m, 1));

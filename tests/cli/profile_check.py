@@ -10,7 +10,7 @@ import sys
 
 DISJOINT = ["startup_ms", "model_build_ms", "eager_steps_ms", "warmup_ms", "capture_ms", "replay_ms", "hygiene_ms",
             "teardown_ms", "request_ms", "exchange_ms", "decode_ms", "encode_ms"]
-WITHIN = ["h2d_ms", "d2h_ms", "sync_ms", "sim_work_ms"]
+WITHIN = ["h2d_ms", "d2h_ms", "sync_ms", "sim_work_ms", "launch_ms", "alloc_ms", "host_data_ms"]
 
 
 def close(a, b):

@@ -245,6 +245,7 @@ class CudaDevice final : public Device {
 
   // ---- memory ---------------------------------------------------------------------------
   Status malloc(void** out, size_t bytes, MemCategory cat) override {
+    profile::Scope prof(profile::kAlloc);
     if (out == nullptr) return refuse(Status::InvalidValue);
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, bytes);
@@ -260,6 +261,7 @@ class CudaDevice final : public Device {
   }
 
   Status free(void* p) override {
+    profile::Scope prof(profile::kAlloc);
     cudaError_t e = cudaFree(p);
     if (e != cudaSuccess) return to_status(e);
     // Also ends a graph allocation freed outside its graph.
@@ -291,6 +293,7 @@ class CudaDevice final : public Device {
   }
 
   Status malloc_async(void** out, size_t bytes, Stream s, MemCategory cat) override {
+    profile::Scope prof(profile::kAlloc);
     if (out == nullptr) return refuse(Status::InvalidValue);
     cudaStream_t st = nullptr;
     if (!find_stream(s, &st)) return refuse(Status::InvalidResourceHandle);
@@ -314,6 +317,7 @@ class CudaDevice final : public Device {
   }
 
   Status free_async(void* p, Stream s) override {
+    profile::Scope prof(profile::kAlloc);
     cudaStream_t st = nullptr;
     if (!find_stream(s, &st)) return refuse(Status::InvalidResourceHandle);
     cudaError_t e = cudaFreeAsync(p, st);
@@ -359,6 +363,7 @@ class CudaDevice final : public Device {
 
   // ---- work -----------------------------------------------------------------------------
   Status launch(const Kernel& k, Stream s) override {
+    profile::Scope prof(profile::kLaunch);
     cudaStream_t st = nullptr;
     if (!find_stream(s, &st)) return refuse(Status::InvalidResourceHandle);
     if (!k.gpu) return refuse(Status::InvalidValue);  // a kernel with no CUDA body cannot run here
@@ -460,6 +465,7 @@ class CudaDevice final : public Device {
   }
 
   Status graph_launch(GraphExec ex, Stream s) override {
+    profile::Scope prof(profile::kLaunch);
     cudaStream_t st = nullptr;
     if (!find_stream(s, &st)) return refuse(Status::InvalidResourceHandle);
     cudaGraphExec_t ce = nullptr;
