@@ -10,12 +10,16 @@
 # Writes under $OUT (default gpu-logs): one log per run and summary.txt, packed into one all.tgz.
 # Exit 0 when every expectation held, 1 otherwise.
 #   RECAP_BUILD=build-gpu scripts/gpu-sanitizer.sh [CASES]          # there, from the tree's root
+# Within a device call's time: SANITIZER_TOOLS (default all four), SANITIZER_TESTS (default the six
+# GPU test binaries; "none" for none), SANITIZER_TIMEOUT (seconds per run, default 900) and
+# SANITIZER_DIMS (the campaign's --dims, default auto: large tensors on cuda).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . scripts/gpu-out.sh
 build="${RECAP_BUILD:-build-gpu}"
 cases="${1:-40}"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" RECAP_CORPUS_DIR="$PWD/corpus"
+# RECAP_CUDA_BLOCK_CACHE=0: every block really freed, so initcheck and use-after-free see each one
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" RECAP_CORPUS_DIR="$PWD/corpus" RECAP_CUDA_BLOCK_CACHE=0
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 status=0
 note() { echo "$*" | tee -a "$o/summary.txt"; }
@@ -46,20 +50,22 @@ if [ "$rc" = 0 ] && [ "$errors" = 0 ]; then note "the same kernel in bounds: cle
 else note "the same kernel in bounds: exit $rc, $errors errors"; status=1; fi
 
 # 2. a fixed-seed campaign on the cuda runtime under each tool (in process: --jobs 1)
-for tool in memcheck racecheck synccheck initcheck; do
+for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck initcheck}; do
   corpus=$(mktemp -d)
-  read -r rc errors <<<"$(sanitize "fuzz-$tool" "$tool" 900 "$build/harness/cli/recap" fuzz --backend cuda \
-    --policy graph-safe --cases "$cases" --seed 1 --jobs 1 --corpus-dir "$corpus")"
+  read -r rc errors <<<"$(sanitize "fuzz-$tool" "$tool" "${SANITIZER_TIMEOUT:-900}" "$build/harness/cli/recap" fuzz --backend cuda \
+    --policy graph-safe --dims "${SANITIZER_DIMS:-auto}" --cases "$cases" --seed 1 --jobs 1 --corpus-dir "$corpus")"
   if [ "$rc" = 0 ] && [ "$errors" = 0 ]; then note "fuzz under $tool: clean, $(grep -m1 -oE '[0-9]+ cases in [0-9.]+ s' "$o/fuzz-$tool.log")"
   else note "fuzz under $tool: exit $rc, $errors errors"; status=1; fi
   rm -rf "$corpus"
 done
 
 # 3. the GPU tests under memcheck
-for t in recap_cuda_tests runtime_gpu_test runtime_core_gpu_test executors_gpu_test models_gpu_test conformance_gpu_test; do
+tests="${SANITIZER_TESTS:-recap_cuda_tests runtime_gpu_test runtime_core_gpu_test executors_gpu_test models_gpu_test conformance_gpu_test}"
+[ "$tests" = none ] && tests=""
+for t in $tests; do
   bin=$(find "$build/tests" -type f -name "$t" -perm -u+x | head -n 1)
   [ -n "$bin" ] || { note "$t: not built"; status=1; continue; }
-  read -r rc errors <<<"$(sanitize "test-$t" memcheck 900 "$bin")"
+  read -r rc errors <<<"$(sanitize "test-$t" memcheck "${SANITIZER_TIMEOUT:-900}" "$bin")"
   if [ "$rc" = 0 ] && [ "$errors" = 0 ]; then note "$t under memcheck: clean, $(grep -m1 -oE '\[  PASSED  \] [0-9]+ tests?' "$o/test-$t.log")"
   else note "$t under memcheck: exit $rc, $errors errors"; status=1; fi
 done

@@ -206,7 +206,17 @@ struct DeviceOptions {
   uint64_t explore_seed = 0;
   // sim only: report unordered accesses to one buffer from different streams (one a write).
   bool race_check = false;
+  // cuda only: freed eager blocks are kept (after the next device-wide synchronization) and handed
+  // out again for requests of the same bytes, across the devices of one process, instead of
+  // cudaFree and cudaMalloc, which wait for the whole device. Allocations and frees while a
+  // capture is open on the device are CUDA's own. The ledger's figures are unchanged; the process
+  // holds up to 2 GiB more than the ledger says. Campaign runs turn it on (docs/profile.md).
+  bool block_cache = false;
 };
+
+// Whether campaign runs use DeviceOptions::block_cache: yes unless RECAP_CUDA_BLOCK_CACHE=0 (the
+// sanitizer's runs: initcheck and use-after-free need every block really freed).
+bool block_cache_wanted();
 
 // Makes a device. Auto picks cuda when usable, else sim. Returns nullptr and sets *error when the
 // choice cannot be honoured (cuda asked for but not usable).

@@ -1,5 +1,8 @@
 // make_device: picks the backend. The cuda backend exists only when built with CUDA
 // (RECAP_WITH_CUDA); a binary built without it still runs everything on sim.
+#include <cstdlib>
+#include <string>
+
 #include "harness/device/device.h"
 #include "harness/device/sim/sim_device.h"
 #ifdef RECAP_WITH_CUDA
@@ -25,6 +28,11 @@ bool cuda_usable(std::string* why) {
 #endif
 }
 
+bool block_cache_wanted() {
+  const char* v = std::getenv("RECAP_CUDA_BLOCK_CACHE");
+  return v == nullptr || std::string(v) != "0";
+}
+
 std::unique_ptr<Device> make_device(BackendChoice choice, const DeviceOptions& opts, std::string* error) {
   if (choice == BackendChoice::Sim) return sim::make_sim_device(opts);
   std::string why;
@@ -35,7 +43,7 @@ std::unique_ptr<Device> make_device(BackendChoice choice, const DeviceOptions& o
     return nullptr;
   }
 #ifdef RECAP_WITH_CUDA
-  return cuda::make_cuda_device(error);
+  return cuda::make_cuda_device(opts, error);
 #else
   return nullptr;
 #endif

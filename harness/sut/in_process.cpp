@@ -26,7 +26,9 @@ SutRun InProcessSut::run(const training::CaseSpec& spec, const RunRequest&) {
   std::unique_ptr<device::Device> dev;
   {
     profile::Scope startup(profile::kStartup);  // a fresh device per run: its context and streams
-    dev = device::make_device(backend_, {}, &err);
+    device::DeviceOptions opts;
+    opts.block_cache = device::block_cache_wanted();  // no cudaFree, which waits for the whole GPU
+    dev = device::make_device(backend_, opts, &err);
   }
   if (!dev) throw std::runtime_error("cannot create the device: " + err);
   last_device_ = {dev->name(), device::backend_name(dev->backend())};

@@ -86,6 +86,7 @@ CheckResult reference_check(const CaseSpec& spec, device::Backend backend,
       o.data_seed = spec.data_seed;
       o.rng_seed = spec.rng_seed;
       o.generator = runtime::GeneratorMode::Host;
+      o.device_options.block_cache = device::block_cache_wanted();
       mc::RunOutput run = mc::run_model(o);
       if (tamper) tamper(run);
       cmp = mc::compare_with_reference(u.model, run, perturb_reference);

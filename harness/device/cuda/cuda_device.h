@@ -12,6 +12,6 @@ namespace recap::device::cuda {
 bool usable(std::string* why);
 
 // Makes a device on GPU 0; nullptr with *error set when that fails.
-std::unique_ptr<Device> make_cuda_device(std::string* error);
+std::unique_ptr<Device> make_cuda_device(const DeviceOptions& opts, std::string* error);
 
 }  // namespace recap::device::cuda

@@ -34,7 +34,7 @@ class CudaDeviceTest : public ::testing::Test {
     std::string why;
     if (!cuda_usable(&why)) GTEST_SKIP() << why;
     std::string error;
-    dev_ = cuda::make_cuda_device(&error);
+    dev_ = cuda::make_cuda_device({}, &error);
     ASSERT_NE(dev_, nullptr) << error;
   }
 
@@ -67,7 +67,7 @@ TEST(CudaAvailability, ReportsWhyWhenNotUsable) {
   std::string why;
   bool usable = cuda::usable(&why);
   std::string error;
-  auto dev = cuda::make_cuda_device(&error);
+  auto dev = cuda::make_cuda_device({}, &error);
   if (usable) {
     ASSERT_NE(dev, nullptr) << error;
     EXPECT_EQ(dev->backend(), Backend::Cuda);
@@ -729,7 +729,7 @@ TEST_F(CudaDeviceTest, TeardownLeavesTheContextUsable) {
     dev_.reset();  // teardown with all of that outstanding
   }
   std::string error;
-  auto next = cuda::make_cuda_device(&error);
+  auto next = cuda::make_cuda_device({}, &error);
   ASSERT_NE(next, nullptr) << error;
   EXPECT_STATUS(Status::Success, next->get_last_error());
   MemoryStats st = next->memory_stats();
