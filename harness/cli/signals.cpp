@@ -1,5 +1,6 @@
-// The stop handlers: they only set an atomic flag (async-signal-safe) and restore the default
-// action, so that a second Ctrl-C kills a campaign that is stuck in a long case.
+// The stop handlers: they only set an atomic flag (async-signal-safe); SIGINT's also restores the
+// default action, so that a second Ctrl-C kills a campaign that is stuck in a long case (SIGKILL
+// does that after a SIGTERM).
 #include "harness/cli/signals.h"
 
 #include <csignal>
@@ -15,7 +16,10 @@ std::atomic<bool> g_second_kills{true};
 extern "C" void on_stop(int sig) {
   g_signal.store(sig);
   g_stop.store(true);
-  if (g_second_kills.load()) std::signal(sig, SIG_DFL);
+  // Only a second Ctrl-C kills. coreutils' timeout sends SIGTERM to the command and then to its
+  // whole process group, so the command can get two at once: the second must not kill it before
+  // it writes what it has (the H200 lost three campaigns' reports and logs that way).
+  if (sig == SIGINT && g_second_kills.load()) std::signal(sig, SIG_DFL);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // SIGINT and SIGTERM during a campaign: no new case starts, a shrink keeps what it has, and recap
 // writes the partial report and every counterexample found so far, stops its workers and exits
-// 128 + the signal. A second signal ends the process at once (the default action).
+// 128 + the signal. A second SIGINT ends the process at once (the default action); SIGTERM never
+// does (timeout sends it twice: to the command and to its process group).
 #pragma once
 
 #include <atomic>
