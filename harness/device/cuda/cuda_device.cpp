@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -434,7 +435,10 @@ class CudaDevice final : public Device {
 
   Status mem_get_info(size_t* free_bytes, size_t* total_bytes) override {
     if (free_bytes == nullptr || total_bytes == nullptr) return refuse(Status::InvalidValue);
-    return to_status(cudaMemGetInfo(free_bytes, total_bytes));
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    // The block cache's idle blocks are free for any run of this process: "used" stays the runs' own.
+    if (e == cudaSuccess) *free_bytes = std::min(*total_bytes, *free_bytes + BlockCache::get().held());
+    return to_status(e);
   }
 
   // ---- work -----------------------------------------------------------------------------
@@ -795,7 +799,10 @@ class CudaDevice final : public Device {
       if (ledger_.is_live(p)) teardown_check(cudaFreeAsync(p, cudaStreamLegacy), "cudaFreeAsync (graph allocation)");
     graph_allocs_.clear();
     teardown_check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
-    settle_pending();  // after the device-wide synchronization above
+    // After the device-wide synchronization above; mu_ is held here, so the swap is done in place.
+    std::vector<std::pair<void*, size_t>> idle;
+    idle.swap(pending_);
+    for (auto& [p, n] : idle) BlockCache::get().put(p, n);
     for (void* p : eager_allocs_) teardown_check(cudaFree(p), "cudaFree");
     eager_allocs_.clear();
     for (void* p : host_allocs_) teardown_check(cudaFreeHost(p), "cudaFreeHost");
@@ -840,7 +847,8 @@ class CudaDevice final : public Device {
     pending_.push_back({p, static_cast<size_t>(bytes)});
     return true;
   }
-  // After cudaDeviceSynchronize returned success: every pending block is idle.
+  // After cudaDeviceSynchronize returned success: every pending block is idle. Takes mu_ (teardown,
+  // which holds it, settles in place).
   void settle_pending() {
     std::vector<std::pair<void*, size_t>> done;
     {

@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# Issue 21, third H200 call of session 7 (from the tree's root; .device carried):
-#  1. the 2,000-case fixed-seed GPU campaign on recap's runtime (graph-safe, the default GPU
-#     distribution: large tensors), 16 jobs, with the block cache;
-#  2. the naive policy on cuda: found and shrunk (exit 1, a capture failure in the corpus).
+# Issue 21, the third H200 call of session 7, in the last 258 s of device time (from the tree's
+# root; .device carried): recap's runtime on cuda, graph-safe, 16 jobs, --profile, 25 s of cases,
+# with the block cache after its teardown deadlock was fixed (call 2's recap runs all hung there).
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/2026-12-03-issue21/run3.sh
 set -u
 . scripts/gpu-out.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 RECAP_CORPUS_DIR=$PWD/corpus
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 RECAP_CORPUS_DIR=$PWD/corpus
 B=$PWD/.device/slim/harness/cli/recap
-{ nvidia-smi -L; echo "commit ${RECAP_GIT_COMMIT:-?}"; nproc --all; } > "$o/machine.txt" 2>&1
-t() { echo "$(date +%T) $*" >> "$o/times.txt"; }
-t start
-timeout -k 20 ${CAMPAIGN_LIMIT:-330} "$B" fuzz --backend cuda --policy graph-safe --cases 2000 --seed 1 --jobs 16 --chunk-cases 5 \
-  --corpus-dir "$o/corpus-graph-safe" --report "$o/campaign-2000.json" > "$o/campaign-2000.log" 2> "$o/campaign-2000.err"; t campaign $?
-timeout -k 15 90 "$B" fuzz --backend cuda --policy naive --seed 1 --jobs 4 --corpus-dir "$o/corpus-naive" \
-  --report "$o/naive.json" > "$o/naive.log" 2>&1; t naive $?
-grep -E "cases/min|by disposition|no failure|interrupted" "$o/campaign-2000.log"; grep -vE "^\s{4}" "$o/naive.log" | tail -n 12; ls "$o/corpus-naive"; cat "$o/times.txt"
+echo "commit ${RECAP_GIT_COMMIT:-?}" > "$o/machine.txt"
+timeout -k 5 40 "$B" fuzz --backend cuda --policy graph-safe --profile --cases 3000 --seed 1 --jobs 16 --chunk-cases 5 --time-budget 25 \
+  --shrink-limit 5 --corpus-dir "$o/c" --report "$o/profile-recap-j16.json" > "$o/profile-recap-j16.log" 2>&1
+echo "exit $?" >> "$o/profile-recap-j16.log"
+grep -E "cases/min|by disposition|exit" "$o/profile-recap-j16.log"; sed -n '/profile (/,$p' "$o/profile-recap-j16.log" | grep -E "case |alloc|sync|eager_steps|reference|model_build|replay|warmup"
