@@ -30,7 +30,7 @@ bool cuda_usable(std::string* why) {
 
 bool block_cache_wanted() {
   const char* v = std::getenv("RECAP_CUDA_BLOCK_CACHE");
-  return v == nullptr || std::string(v) != "0";
+  return v != nullptr && std::string(v) == "1";
 }
 
 std::unique_ptr<Device> make_device(BackendChoice choice, const DeviceOptions& opts, std::string* error) {

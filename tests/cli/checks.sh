@@ -133,15 +133,23 @@ fuzz_signal_keeps_results)
   # "group": the signal goes to the whole process group, as `timeout`, Ctrl-C and Slurm send it: each
   # worker gets it twice (directly and forwarded) and must still hand over its cases (an H200 control
   # of megatron 0.15.3 once lost 159 cases as "unrecorded" this way).
-  for run in "1 TERM 143 Terminated" "2 TERM 143 Terminated" "2 INT 130 Interrupt" "2 TERM 143 Terminated group"; do
+  # "timeout": as coreutils' timeout sends it, to recap and then to its process group, so recap gets
+  # two SIGTERMs; the second must not kill it before it writes its report (an H200 call lost three
+  # campaigns' reports and logs that way).
+  for run in "1 TERM 143 Terminated" "2 TERM 143 Terminated" "2 INT 130 Interrupt" "2 TERM 143 Terminated group" \
+             "2 TERM 143 Terminated timeout"; do
     set -- $run; jobs=$1 sig=$2 code=$3 what=$4 group=${5:-}
     export TMPDIR=$PWD/tmp$jobs$sig$group; mkdir -p "$TMPDIR"
     # a background job of a non-interactive shell ignores SIGINT; recap is started with it restored
-    "$py" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); sys.argv[1] == "group" and os.setsid(); os.execv(sys.argv[2], sys.argv[2:])' \
+    "$py" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); sys.argv[1] in ("group", "timeout") and os.setsid(); os.execv(sys.argv[2], sys.argv[2:])' \
       "${group:-one}" "$recap" fuzz --backend sim --seed 2 --cases 2000000 --jobs $jobs --corpus-dir c$jobs --report r$jobs.json > out$jobs.txt 2>&1 &
     pid=$!
     sleep 3
-    if [ -n "$group" ]; then kill -$sig -$pid; else kill -$sig $pid; fi
+    case "$group" in
+      group) kill -$sig -$pid ;;
+      timeout) kill -$sig $pid; sleep 0.2; kill -$sig -$pid ;;
+      *) kill -$sig $pid ;;
+    esac
     wait $pid; rc=$?
     [ "$rc" -eq "$code" ] || { tail -5 out$jobs.txt; fail "--jobs $jobs SIG$sig: exit $rc, expected $code"; }
     grep -q "interrupted ($what)" out$jobs.txt || { tail -5 out$jobs.txt; fail "--jobs $jobs: no interrupted line"; }
