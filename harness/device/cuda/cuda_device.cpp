@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -89,8 +88,8 @@ class RelaxedCaptureMode {
 // wait was most of a case's time (issue 21: alloc_ms 39% of a case with one job, 65% with 16).
 // A block enters the cache only after a device-wide synchronization that follows its free (see
 // CudaDevice::pending_), so no kernel of any stream can still use it; it is handed out again only
-// for the same byte count, so compute-sanitizer's bounds are those of the request. Bounded:
-// beyond kCacheLimit the oldest blocks are really freed.
+// for the same byte count, so compute-sanitizer's bounds are those of the request. Bounded: a
+// block that would take it past kCacheLimit first frees every cached block.
 class BlockCache {
  public:
   static BlockCache& get() {
@@ -106,26 +105,13 @@ class BlockCache {
     held_ -= bytes;
     return p;
   }
+  // A block past kCacheLimit empties the cache first (sizes not asked for again must not hold it full).
   void put(void* p, size_t bytes) {
-    std::vector<void*> evict;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      blocks_.emplace(bytes, p);
-      order_.push_back({p, bytes});
-      held_ += bytes;
-      while (held_ > kCacheLimit && !order_.empty()) {
-        auto [q, n] = order_.front();
-        order_.erase(order_.begin());
-        for (auto range = blocks_.equal_range(n); range.first != range.second; ++range.first)
-          if (range.first->second == q) {
-            blocks_.erase(range.first);
-            held_ -= n;
-            evict.push_back(q);
-            break;
-          }
-      }
-    }
-    for (void* q : evict) teardown_check(cudaFree(q), "cudaFree (block cache)");
+    if (bytes > kCacheLimit) return teardown_check(cudaFree(p), "cudaFree (block cache)");
+    if (held() + bytes > kCacheLimit) release();
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.emplace(bytes, p);
+    held_ += bytes;
   }
   // Frees every cached block (a failed cudaMalloc retries after this).
   void release() {
@@ -134,7 +120,6 @@ class BlockCache {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& [n, p] : blocks_) all.push_back(p);
       blocks_.clear();
-      order_.clear();
       held_ = 0;
     }
     for (void* p : all) teardown_check(cudaFree(p), "cudaFree (block cache)");
@@ -147,8 +132,7 @@ class BlockCache {
  private:
   static constexpr size_t kCacheLimit = size_t{2} << 30;
   std::mutex mu_;
-  std::multimap<size_t, void*> blocks_;             // bytes -> block
-  std::vector<std::pair<void*, size_t>> order_;     // insertion order, for eviction (stale entries skipped)
+  std::multimap<size_t, void*> blocks_;  // bytes -> block
   size_t held_ = 0;
 };
 
@@ -799,10 +783,7 @@ class CudaDevice final : public Device {
       if (ledger_.is_live(p)) teardown_check(cudaFreeAsync(p, cudaStreamLegacy), "cudaFreeAsync (graph allocation)");
     graph_allocs_.clear();
     teardown_check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
-    // After the device-wide synchronization above; mu_ is held here, so the swap is done in place.
-    std::vector<std::pair<void*, size_t>> idle;
-    idle.swap(pending_);
-    for (auto& [p, n] : idle) BlockCache::get().put(p, n);
+    cache_blocks(std::exchange(pending_, {}));  // idle after the synchronization above; mu_ is held
     for (void* p : eager_allocs_) teardown_check(cudaFree(p), "cudaFree");
     eager_allocs_.clear();
     for (void* p : host_allocs_) teardown_check(cudaFreeHost(p), "cudaFreeHost");
@@ -848,14 +829,17 @@ class CudaDevice final : public Device {
     return true;
   }
   // After cudaDeviceSynchronize returned success: every pending block is idle. Takes mu_ (teardown,
-  // which holds it, settles in place).
+  // which holds it, hands its pending blocks to cache_blocks itself).
   void settle_pending() {
     std::vector<std::pair<void*, size_t>> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
       done.swap(pending_);
     }
-    for (auto& [p, n] : done) BlockCache::get().put(p, n);
+    cache_blocks(done);
+  }
+  static void cache_blocks(const std::vector<std::pair<void*, size_t>>& idle) {
+    for (const auto& [p, n] : idle) BlockCache::get().put(p, n);
   }
 
   const bool block_cache_ = false;
