@@ -337,9 +337,15 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   const int64_t id = next_id_++;
   req.header = {{"op", "run"}, {"id", id}, {"case", training::case_to_json(spec)}};
   if (config_.determinism_check) {
-    training::CaseSpec eager = spec;
-    eager.executor = training::ExecutorKind::Eager;
-    if (checked_eager_.insert(training::case_to_json(eager).dump()).second) req.header["determinism_check"] = true;
+    // one check per case family: its executors share the eager form, and its checkpoints run
+    // the same kernels again (a recompute is the forward's), so the no-checkpoint twin shares it
+    training::CaseSpec family = spec;
+    family.executor = training::ExecutorKind::Eager;
+    for (auto& l : family.layers) {
+      l.checkpoint = training::CheckpointGranularity::None;
+      l.modules.clear();
+    }
+    if (checked_eager_.insert(training::case_to_json(family).dump()).second) req.header["determinism_check"] = true;
   }
   if (config_.send_frames) req.frames = case_frames(spec);
   if (ask.mask_frames) req.header["mask_frames"] = true;

@@ -140,8 +140,9 @@ struct WorkerConfig {
   bool echo_stderr = false;        // copy the worker's stderr to recap's after each request
   // Ask the worker to run a case's eager form twice before the case (drivers/PROTOCOL.md,
   // "determinism_check"): bitwise contracts mean nothing on nondeterministic kernels, and such a
-  // case comes back skipped with the first tensor that differed. Once per eager form: a graphed
-  // case and its eager twin are checked once.
+  // case comes back skipped with the first tensor that differed. Once per case family: a case,
+  // its eager twin and its no-checkpoint twin (the same eager form, checkpoints aside, whose
+  // recomputes run the forward's kernels again) are checked once, by the first request of them.
   bool determinism_check = false;
 };
 
@@ -186,7 +187,7 @@ class WorkerSut : public Sut {
   int stderr_fd_ = -1;       // an unlinked temporary file, the worker's fd 2
   off_t echoed_ = 0;         // bytes of it copied to recap's stderr
   int64_t next_id_ = 1;
-  std::unordered_set<std::string> checked_eager_;  // eager forms already run twice (determinism_check)
+  std::unordered_set<std::string> checked_eager_;  // case families already run twice (determinism_check)
   std::string last_exit_;
   std::string last_signal_;  // "SIGSEGV" when a signal ended it, else ""
   bool timed_out_ = false;   // the last exchange's watchdog killed the worker (its SIGKILL is recap's)

@@ -200,8 +200,8 @@ TEST(WorkerSut, StickyAndOutOfMemoryErrorNames) {
   EXPECT_FALSE(out_of_memory_error("RuntimeError"));
 }
 
-// determinism_check is asked once per eager form of a case: a graphed case and its eager twin
-// share one check; another case gets its own. The worker here logs each request and refuses it.
+// determinism_check is asked once per case family: a graphed case, its eager twin and its
+// no-checkpoint twin share one check; another case gets its own. The worker here logs each request and refuses it.
 TEST(WorkerSut, DeterminismIsCheckedOncePerEagerForm) {
   const std::string log = ::testing::TempDir() + "recap_determinism_requests.txt";
   std::remove(log.c_str());
@@ -215,12 +215,15 @@ TEST(WorkerSut, DeterminismIsCheckedOncePerEagerForm) {
   graphed.model.layers.push_back({});
   graphed.model.layers[0].kind = "linear";
   graphed.layers.push_back({});
+  graphed.layers[0].checkpoint = training::CheckpointGranularity::Full;
   graphed.executor = training::ExecutorKind::PerLayer;
   training::CaseSpec eager = graphed;
   eager.executor = training::ExecutorKind::Eager;
+  training::CaseSpec plain = graphed;
+  plain.layers[0].checkpoint = training::CheckpointGranularity::None;
   training::CaseSpec other = graphed;
   other.rng_seed = 77;
-  for (const auto* spec : {&graphed, &graphed, &eager, &other}) {
+  for (const auto* spec : {&graphed, &graphed, &eager, &plain, &other}) {
     try {
       w.run(*spec, {});
     } catch (const std::runtime_error&) {
@@ -232,7 +235,7 @@ TEST(WorkerSut, DeterminismIsCheckedOncePerEagerForm) {
     Json h = Json::parse(line);
     asked.push_back(h.value("determinism_check", false));
   }
-  EXPECT_EQ(asked, (std::vector<bool>{true, false, false, true}));
+  EXPECT_EQ(asked, (std::vector<bool>{true, false, false, false, true}));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@ a case (make_runner) and what it resets between cases (between_cases).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -87,6 +89,16 @@ def synthetic_run_data(c: case_mod.Case, device: torch.device) -> RunData:
     return RunData(params, inputs, targets)
 
 
+def eager_key(case: Any, frames: List[Frame]) -> str:
+    """What makes two run requests' eager forms the same execution: the case as sent with its
+    executor eager (canonical JSON) and every frame's name and bytes."""
+    h = hashlib.sha256(json.dumps(dict(case, executor="eager"), sort_keys=True, separators=(",", ":")).encode())
+    for f in sorted(frames, key=lambda f: f.name):
+        h.update(f.name.encode() + b"\0")
+        h.update(f.data)
+    return h.hexdigest()
+
+
 def default_order(c: case_mod.Case) -> List[int]:
     """Each microbatch's forward then its backward: [1, -1] per microbatch."""
     order: List[int] = []
@@ -121,6 +133,9 @@ class SUT:
         self.base_allocated = torch.cuda.memory_allocated(self.device) if self.graphs else 0
         self.base_reserved = torch.cuda.memory_reserved(self.device) if self.graphs else 0
         self.retire = False  # worker.serve adds `retire` to the reply and the client replaces us
+        # a graphed case's determinism check's first eager run, which answers its eager twin's
+        # request (PROTOCOL.md, section 6): (eager_key, the run's record) or None
+        self.held_eager: Optional[Tuple[str, RunRecord]] = None
         self.retire_bytes = int(os.environ.get("RECAP_WORKER_RETIRE_MIB", "1024")) << 20  # 0: never
         if self.graphs and os.environ.get("RECAP_LEAK_REPORT"):
             torch.cuda.memory._record_memory_history(max_entries=200000)
@@ -225,6 +240,7 @@ class SUT:
         try:
             first = None
             if request.get("determinism_check", False):
+                self.held_eager = None
                 ec = c.with_executor("eager")
                 # an eager case's first run is the case's own (its phases are the case's); the other
                 # run, and both for a graphed case, are the check's
@@ -244,6 +260,16 @@ class SUT:
                     return replies.skipped(rid, names, f"nondeterministic: {diff}", (time.perf_counter() - t0) * 1e3)
                 if c.executor == "eager":
                     first = r1
+                elif r1.failure is None:
+                    # the eager twin recap asks for next is this very run: kept for that request
+                    self.held_eager = (eager_key(request["case"], frames), r1)
+            elif c.executor == "eager" and not worker_faults.pending and self.held_eager is not None:
+                key, held = self.held_eager
+                if key == eager_key(request["case"], frames):
+                    self.held_eager = None
+                    h, out = replies.observation(rid, held, "ok", mask_frames, t0)
+                    h["reused"] = "determinism_check"  # PROTOCOL.md, section 6
+                    return h, out
             rec = first if first is not None else self.execute(c, data, prof)
         except SkipCase as e:
             return replies.skipped(rid, names, str(e), (time.perf_counter() - t0) * 1e3)
