@@ -5,7 +5,8 @@
 #  2. the backend differential (cuda judged against sim, small tensors), a resumable report;
 #  3. the naive policy on cuda: found and shrunk;
 #  4. the differential's planted fault: recap mutants --backend cuda --fault cuda-dropout-offset;
-#  5. megatron@0.19.2 without checkpoints, 16 jobs: the rate.
+#  5. megatron@0.19.2 without checkpoints, and torch, 16 jobs each: the rates (one determinism
+#     check per case family, the check's run answering the eager twin: commit fe2ab68).
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/2026-12-03-issue21-s8/run1.sh
 set -u
 . scripts/gpu-out.sh
@@ -23,7 +24,7 @@ prof recap-j16-nocache 0
 if prof recap-j16-cache 1; then export RECAP_CUDA_BLOCK_CACHE=1; else export RECAP_CUDA_BLOCK_CACHE=0; fi
 echo "cache for the rest: $RECAP_CUDA_BLOCK_CACHE" >> "$o/times.txt"
 timeout -k 10 110 "$B" fuzz --backend cuda --policy graph-safe --differential sim --dims small --cases 520 --seed 1 --jobs 16 \
-  --chunk-cases 5 --shrink-limit 5 --time-budget 70 --corpus-dir "$o/c-diff" --report "$o/differential.json" \
+  --chunk-cases 5 --shrink-limit 5 --time-budget 60 --corpus-dir "$o/c-diff" --report "$o/differential.json" \
   > "$o/differential.log" 2> "$o/differential.err"; t differential $?
 timeout -k 10 60 "$B" fuzz --backend cuda --policy naive --cases 400 --seed 1 --jobs 16 --chunk-cases 5 --time-budget 30 \
   --corpus-dir "$o/c-naive" --report "$o/naive.json" > "$o/naive.log" 2> "$o/naive.err"; t naive $?
@@ -34,8 +35,11 @@ timeout -k 10 70 "$B" fuzz --backend cuda --sut megatron@0.19.2 --no-checkpoint 
   --time-budget 35 --shrink-limit 4 --known-findings corpus/known-findings/megatron-0.19.2.json \
   --worker-env "PYTHONPATH=/tmp/recap-site-0.19.2:$PWD/drivers" --corpus-dir "$o/c-mcore" --report "$o/mcore-j16.json" \
   > "$o/mcore-j16.log" 2> "$o/mcore-j16.err"; t mcore $?
-for f in recap-j16-nocache recap-j16-cache differential naive mcore-j16; do
+timeout -k 10 70 "$B" fuzz --backend cuda --sut torch --profile --cases 3000 --seed 1 --jobs 16 --chunk-cases 10 --time-budget 35 \
+  --shrink-limit 4 --known-findings corpus/known-findings/torch-2.11.json --worker-env "PYTHONPATH=$PWD/drivers" \
+  --corpus-dir "$o/c-torch" --report "$o/torch-j16.json" > "$o/torch-j16.log" 2> "$o/torch-j16.err"; t torch $?
+for f in recap-j16-nocache recap-j16-cache differential naive mcore-j16 torch-j16; do
   echo "== $f"; grep -E "cases/min|by disposition|no failure|shrunk" "$o/$f.log" | head -4; tail -n 2 "$o/$f.err"
 done
-for f in recap-j16-nocache recap-j16-cache; do echo "== $f"; sed -n '/profile (/,$p' "$o/$f.log" | grep -E "case |alloc|sync|eager_steps|reference"; done
+for f in recap-j16-nocache recap-j16-cache torch-j16; do echo "== $f"; sed -n '/profile (/,$p' "$o/$f.log" | grep -E "case |alloc|sync|eager_steps|reference"; done
 tail -n 3 "$o/mutants-cuda.log"; cat "$o/times.txt"
