@@ -11,19 +11,25 @@
 //   measured by the system itself (sut::Sut::measure: recap's runtime in process, a framework
 //            through the worker's `measure` request): --warmup steps, the capture, then --steps
 //            timed steps; step times, capture time, memory figures, per layer where it can.
-// A configuration the system's hello does not list, or that it skips, is listed as skipped with
-// the reason. Everything in one report comes from this one run. The report is recap.tradeoff/1
-// (reports/schema/recap.tradeoff.schema.json); a plain-text table goes to stdout.
+// With a worker system every configuration is judged first, --judge-jobs at once, and then each
+// measured alone on the device (judge_all). A configuration the system's hello does not list, or
+// that it skips, is listed as skipped with the reason. Everything in one report comes from this
+// one run. The report is recap.tradeoff/1 (reports/schema/recap.tradeoff.schema.json); a
+// plain-text table goes to stdout.
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "harness/base/json_read.h"
 #include "harness/cli/cli.h"
@@ -82,6 +88,7 @@ struct TradeoffArgs {
   int warmup = 3, steps = 20, judged_replays = 2;
   double fp64_budget = 1e10;
   double judge_budget = 1e8;  // elements the judged case may observe a step (observed_per_step)
+  int judge_jobs = 4;         // worker processes judging at once (a worker system only)
   std::vector<std::string> faults, properties;
   bool require_memory_savings = false;
   uint64_t seed = 1;
@@ -639,6 +646,152 @@ std::string command_line() {
   return out.empty() ? "recap tradeoff" : out;
 }
 
+// ---- judging and measuring a configuration --------------------------------------------------
+
+// The oracles' report on a configuration's judged case: the case, shorter (--judged-replays), at
+// the judged size (--judge-budget), through every oracle the run can afford (opts.properties is
+// set here); those it cannot are listed as skipped with the reason. On opts.sut, or recap's runtime
+// in this process when it is null.
+properties::CaseReport judge_plan(const Plan& p, properties::OracleOptions opts, const TradeoffArgs& a) {
+  const CaseSpec& judged = p.judged;
+  std::vector<std::string> run_props;
+  std::map<std::string, std::string> why_not;
+  const double cost = reference_cost(judged);
+  for (const auto& prop : properties::property_names()) {
+    if (properties::opt_in_property(prop)) continue;  // differential: never asked for here
+    if (!a.properties.empty() && !listed(a.properties, prop)) why_not[prop] = "not selected (--property)";
+    else if (prop == "reference" && cost > a.fp64_budget) {
+      char b[200];
+      std::snprintf(b, sizeof b, "the fp64 reference would take %.3g multiply-adds, over --fp64-budget %.3g", cost,
+                    a.fp64_budget);
+      why_not[prop] = b;
+    } else
+      run_props.push_back(prop);
+  }
+  opts.properties = run_props;
+  if (!opts.sut) runtime::reset_phase_flags();  // each case as in a fresh process (a leaky fault)
+  properties::CaseReport rep = properties::evaluate(judged, opts);
+  if (!why_not.empty()) {  // in the registry's order, with the checks that ran
+    std::vector<properties::CheckResult> all;
+    for (const auto& prop : properties::property_names()) {
+      if (properties::opt_in_property(prop)) continue;
+      if (auto w = why_not.find(prop); w != why_not.end()) {
+        all.push_back(properties::skipped(prop, w->second));
+        continue;
+      }
+      for (const auto& c : rep.checks)
+        if (c.property == prop) all.push_back(c);
+    }
+    rep.checks = all;
+  }
+  return rep;
+}
+
+// Measures a judged configuration when its verdict allows it (o->measured), else says why not
+// (o->not_measured); the clock that timed it goes into *clocks.
+void measure_plan(Outcome* o, sut::Sut& measurer, std::set<std::string>* clocks) {
+  const Disposition d = o->judged.disposition;
+  if (d == Disposition::Skipped || d == Disposition::OutOfMemory) {
+    o->not_measured = d == Disposition::Skipped ? "skipped by the oracles" : "out of device memory when judged";
+  } else if (d == Disposition::Failed || d == Disposition::Crashed) {
+    // it does not run to its end (a capture error, a backward that never ends): no steady state to time
+    o->not_measured = "the judged run " + properties::disposition_name(d) + ": not measured";
+  } else {
+    try {
+      o->measured = measurer.measure(o->plan.spec);
+      clocks->insert(o->measured->clock);
+    } catch (const sut::SkippedBySut& e) {
+      o->not_measured = std::string("the system did not measure it: ") + e.what();
+    } catch (const runtime::DeviceError& e) {
+      o->not_measured = e.status == device::Status::MemoryAllocation ? std::string("out of device memory: ") + e.what()
+                                                                      : std::string("the measured run threw: ") + e.what();
+    } catch (const std::exception& e) {
+      o->not_measured = std::string("the measured run crashed: ") + e.what();
+    }
+  }
+}
+
+std::string verdict_of(const Outcome& o) {
+  return o.plan.skip.empty() ? properties::disposition_name(o.judged.disposition) : "skipped";
+}
+
+// " (judged at hidden H, T tokens)" for a configuration judged at a smaller size, else "".
+std::string judged_at(const Plan& p) {
+  return p.skip.empty() && p.judged_size ? " (judged at hidden " + std::to_string(p.judged_size->hidden) + ", " +
+                                               std::to_string(p.judged_size->tokens) + " tokens)"
+                                         : "";
+}
+
+// --judge-jobs N with a worker system: judges every runnable configuration (o.judged) in up to N
+// threads, taking them in plan order, each thread with a worker process of its own: the first
+// thread (this one) the system's, the others one each started as it was (make_sut), which a thread
+// stops once no configuration is left, so none is on the device when the measuring starts. A
+// worker holds one case at a time and recap's in-process work is thread-safe (the fault lock,
+// harness/runtime/faults.h, serializes the Sessions a worker's frames are built in), so what each
+// configuration is judged to be does not depend on N. The first error of a thread (a worker that
+// cannot start) is thrown once every thread has stopped.
+void judge_all(std::vector<std::vector<Outcome>>& outcomes, const std::vector<SizeSpec>& sizes,
+               const properties::OracleOptions& opts, const SystemUnderTest& system, const TradeoffArgs& a,
+               const std::string& backend) {
+  struct Item {
+    Outcome* o;
+    const SizeSpec* size;
+  };
+  std::vector<Item> todo;
+  for (size_t si = 0; si < outcomes.size(); ++si)
+    for (Outcome& o : outcomes[si])
+      if (o.plan.skip.empty()) todo.push_back({&o, &sizes[si]});
+  if (todo.empty()) return;
+  const size_t jobs = std::min(static_cast<size_t>(a.judge_jobs), todo.size());
+  std::fprintf(stderr, "tradeoff: judging %zu configurations with %zu %s worker%s, then measuring them one at a time\n",
+               todo.size(), jobs, system.kind.c_str(), jobs == 1 ? "" : "s");
+  std::atomic<size_t> next{0}, judged{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::exception_ptr> errors(jobs);
+  auto work = [&](size_t t) {
+    try {
+      std::optional<SystemUnderTest> own;  // threads after the first: a worker of their own, stopped at the end
+      properties::OracleOptions mine = opts;
+      if (t > 0) {
+        try {
+          own = make_sut(a.sut, a.sut.sut, backend);
+        } catch (const UsageError& e) {
+          throw UsageError("--judge-jobs " + std::to_string(a.judge_jobs) + ": judging worker " + std::to_string(t + 1) +
+                           " did not start: " + e.what());
+        }
+        // the same system, or verdicts of two systems in one report
+        if (own->info.version != system.info.version || own->info.device != system.info.device ||
+            own->info.capabilities != system.info.capabilities)
+          throw UsageError("--judge-jobs: judging worker " + std::to_string(t + 1) + " is " + own->kind + " " +
+                           own->info.version + " on " + own->info.device + " (its hello), the first " + system.kind + " " +
+                           system.info.version + " on " + system.info.device);
+        mine.sut = own->sut;
+      }
+      for (size_t i = next++; !stop && i < todo.size(); i = next++) {
+        Outcome& o = *todo[i].o;
+        o.judged = judge_plan(o.plan, mine, a);
+        std::fprintf(stderr, "tradeoff: judged [%zu/%zu] %s %s: %s%s\n", ++judged, todo.size(), todo[i].size->name.c_str(),
+                     o.plan.cfg.name.c_str(), verdict_of(o).c_str(), judged_at(o.plan).c_str());
+      }
+    } catch (...) {
+      errors[t] = std::current_exception();
+      stop = true;
+    }
+  };
+  std::vector<std::thread> threads;
+  try {
+    for (size_t t = 1; t < jobs; ++t) threads.emplace_back(work, t);
+  } catch (...) {  // no thread: stop those started before unwinding past them
+    stop = true;
+    for (auto& th : threads) th.join();
+    throw;
+  }
+  work(0);
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 // ---- the command ----------------------------------------------------------------------------
 
 int tradeoff(const TradeoffArgs& a) {
@@ -712,75 +865,31 @@ int tradeoff(const TradeoffArgs& a) {
   }
   for (size_t si = 0; si < sw.sizes.size(); ++si) {
     outcomes.emplace_back();
-    for (Plan& p : plans[si]) {
+    for (const Plan& p : plans[si]) {
       Outcome o;
       o.plan = p;
+      outcomes.back().push_back(std::move(o));
+    }
+  }
+  // A worker system with --judge-jobs above 1: every configuration judged first, by up to N worker
+  // processes at once, and then measured one after the other, alone on the device. Otherwise (recap's
+  // runtime in process, whose runs share the process's state; --judge-jobs 1) each configuration is
+  // judged and then measured before the next.
+  const bool judged_first = system.sut && a.judge_jobs > 1;
+  if (judged_first) judge_all(outcomes, sw.sizes, opts, system, a, backend);
+  for (size_t si = 0; si < sw.sizes.size(); ++si) {
+    for (Outcome& o : outcomes[si]) {
+      const Plan& p = o.plan;
       ++done;
       if (p.skip.empty()) {
-        // judged: the configuration's case, shorter (--judged-replays), through every oracle the
-        // run can afford; those it cannot are listed as skipped with the reason
-        const CaseSpec& judged = p.judged;  // at the judged size (--judge-budget)
-        std::vector<std::string> run_props;
-        std::map<std::string, std::string> why_not;
-        const double cost = reference_cost(judged);
-        for (const auto& prop : properties::property_names()) {
-          if (properties::opt_in_property(prop)) continue;  // differential: never asked for here
-          if (!a.properties.empty() && !listed(a.properties, prop)) why_not[prop] = "not selected (--property)";
-          else if (prop == "reference" && cost > a.fp64_budget) {
-            char b[200];
-            std::snprintf(b, sizeof b, "the fp64 reference would take %.3g multiply-adds, over --fp64-budget %.3g", cost,
-                          a.fp64_budget);
-            why_not[prop] = b;
-          } else
-            run_props.push_back(prop);
-        }
-        opts.properties = run_props;
-        if (!system.sut) runtime::reset_phase_flags();  // each case as in a fresh process (a leaky fault)
-        o.judged = properties::evaluate(judged, opts);
-        if (!why_not.empty()) {  // in the registry's order, with the checks that ran
-          std::vector<properties::CheckResult> all;
-          for (const auto& prop : properties::property_names()) {
-            if (properties::opt_in_property(prop)) continue;
-            if (auto w = why_not.find(prop); w != why_not.end()) {
-              all.push_back(properties::skipped(prop, w->second));
-              continue;
-            }
-            for (const auto& c : o.judged.checks)
-              if (c.property == prop) all.push_back(c);
-          }
-          o.judged.checks = all;
-        }
-        const Disposition d = o.judged.disposition;
-        if (d == Disposition::Skipped || d == Disposition::OutOfMemory) {
-          o.not_measured = d == Disposition::Skipped ? "skipped by the oracles" : "out of device memory when judged";
-        } else if (d == Disposition::Failed || d == Disposition::Crashed) {
-          // it does not run to its end (a capture error, a backward that never ends): no steady state to time
-          o.not_measured = "the judged run " + properties::disposition_name(d) + ": not measured";
-        } else {
-          try {
-            o.measured = measurer.measure(p.spec);
-            clocks.insert(o.measured->clock);
-          } catch (const sut::SkippedBySut& e) {
-            o.not_measured = std::string("the system did not measure it: ") + e.what();
-          } catch (const runtime::DeviceError& e) {
-            o.not_measured = e.status == device::Status::MemoryAllocation ? std::string("out of device memory: ") + e.what()
-                                                                           : std::string("the measured run threw: ") + e.what();
-          } catch (const std::exception& e) {
-            o.not_measured = std::string("the measured run crashed: ") + e.what();
-          }
-        }
+        if (!judged_first) o.judged = judge_plan(p, opts, a);
+        measure_plan(&o, measurer, &clocks);
       }
-      const std::string verdict = p.skip.empty() ? properties::disposition_name(o.judged.disposition) : "skipped";
-      const std::string at = p.skip.empty() && p.judged_size
-                                 ? " (judged at hidden " + std::to_string(p.judged_size->hidden) + ", " +
-                                       std::to_string(p.judged_size->tokens) + " tokens)"
-                                 : "";
       std::fprintf(stderr, "tradeoff: [%d/%d] %s %s: %s%s%s\n", done, total, sw.sizes[si].name.c_str(), p.cfg.name.c_str(),
-                   verdict.c_str(), at.c_str(),
+                   verdict_of(o).c_str(), judged_at(p).c_str(),
                    o.measured && !o.measured->step_ms.empty()
                        ? (" " + fixed(percentile(o.measured->step_ms, 0.5), "%.3f") + " ms").c_str()
                        : "");
-      outcomes.back().push_back(std::move(o));
     }
   }
   if (clocks.count("cuda-events")) ctx.clock = "cuda-events: each step's work timed between two CUDA events on its stream";
@@ -1067,6 +1176,15 @@ void add_tradeoff_command(CLI::App& app, Runner* runner) {
                   "forward's masks); past it the configuration is judged at a smaller size (hidden and tokens at most "
                   "256, halved until within it) and the report says so; the measured run keeps the size")
       ->check(CLI::Range(0.0, 1e18))
+      ->capture_default_str();
+  cmd->add_option("--judge-jobs", a->judge_jobs,
+                  "With a worker system (--sut torch, megatron): judge every configuration first, up to N at once, each "
+                  "in a worker process of its own, then measure them one after the other with the system's worker alone "
+                  "on the device. Default 4: judging (a small case in a worker, the fp64 reference on a CPU core) does not "
+                  "need the device to itself, and 4 workers' device contexts and CPU cores fit a GPU host. 1: judge and "
+                  "measure each configuration in turn, as recap's runtime in process (--sut recap) always does. The report "
+                  "does not depend on N but for timings")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Parameter, data and RNG seeds of every case (seed, seed + 1, seed + 2)")
       ->check([](const std::string& v) {  // before the conversion, which would wrap -1 around

@@ -7,8 +7,15 @@
 
 namespace recap::runtime {
 
-uint64_t g_fault_mask = 0;
+std::atomic<uint64_t> g_fault_mask{0};
 bool g_process_killing_faults_allowed = false;
+
+namespace {
+std::recursive_mutex& fault_lock() {
+  static std::recursive_mutex m;
+  return m;
+}
+}  // namespace
 
 std::string fault_mask_of(const std::vector<std::string>& names, uint64_t* mask) {
   uint64_t m = 0;
@@ -37,13 +44,14 @@ uint64_t env_fault_mask() {
   return mask;
 }
 
-FaultScope::FaultScope(const std::vector<std::string>& names) : previous_(g_fault_mask) {
+FaultScope::FaultScope(const std::vector<std::string>& names)
+    : lock_(fault_lock()), previous_(g_fault_mask.load(std::memory_order_relaxed)) {
   uint64_t m = 0;
   fault_mask_of(names, &m);  // the case validated its names; an unknown one adds nothing
   m |= env_fault_mask();
   // a process that is not a worker never turns on a fault that kills it (runs.cpp skips the case)
   if (!g_process_killing_faults_allowed) m &= ~(uint64_t{1} << static_cast<unsigned>(Fault::LayerSegfault));
-  g_fault_mask = m;
+  g_fault_mask.store(m, std::memory_order_relaxed);
 }
 
 std::string process_killing_fault(const std::vector<std::string>& names) {

@@ -6,9 +6,14 @@
 // (`fault_on`), and the mask is zero unless a case names faults (CaseSpec::faults, written in its
 // corpus file, so a reproducer replays with the fault it needs) or RECAP_FAULT names them for a
 // test. A Session sets the mask for the case it runs (FaultScope) and puts the old one back.
+// The mask is the process's: a FaultScope holds the process's fault lock for its life, so sessions
+// of two threads (recap tradeoff --judge-jobs: each judging thread builds a worker's frames and
+// the fp64 reference's parameters in a Session on sim) run one at a time, each with its own faults.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -85,24 +90,29 @@ inline constexpr Fault kLastFault = Fault::CudaDropoutOffset;  // the enum's las
 inline std::string fault_name(Fault f) { return name_of(kFaultNames, f); }
 inline bool fault_from_name(const std::string& s, Fault* out) { return from_name(kFaultNames, s, out); }
 
-// The mask of the faults on now (bit = enum value).
-extern uint64_t g_fault_mask;
-inline bool fault_on(Fault f) { return (g_fault_mask >> static_cast<unsigned>(f)) & 1u; }
+// The mask of the faults on now (bit = enum value). Atomic: code outside any session (the fp64
+// reference's model run) may read it while another thread's scope sets it; relaxed, a plain load.
+extern std::atomic<uint64_t> g_fault_mask;
+inline bool fault_on(Fault f) { return (g_fault_mask.load(std::memory_order_relaxed) >> static_cast<unsigned>(f)) & 1u; }
 
 // "" or one line naming the first unknown name. *mask gets the bits of `names`.
 std::string fault_mask_of(const std::vector<std::string>& names, uint64_t* mask);
 // RECAP_FAULT's names (comma-separated), read once; a bad name is reported once on stderr.
 uint64_t env_fault_mask();
 
-// RAII: the faults of a case (and RECAP_FAULT's) are on inside the scope.
+// RAII: the faults of a case (and RECAP_FAULT's) are on inside the scope. It holds the process's
+// fault lock for its life (recursive: a scope inside a scope of the same thread nests and puts
+// the outer mask back), so a scope of another thread waits: one mask cannot hold two sessions'
+// faults. Made and ended on one thread.
 class FaultScope {
  public:
   explicit FaultScope(const std::vector<std::string>& names);
-  ~FaultScope() { g_fault_mask = previous_; }
+  ~FaultScope() { g_fault_mask.store(previous_, std::memory_order_relaxed); }  // before the lock goes
   FaultScope(const FaultScope&) = delete;
   FaultScope& operator=(const FaultScope&) = delete;
 
  private:
+  std::unique_lock<std::recursive_mutex> lock_;  // first: taken before the mask is read
   uint64_t previous_;
 };
 

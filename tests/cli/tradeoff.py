@@ -24,6 +24,14 @@
   torch_cpu    --sut torch on the CPU (the drivers' venv): eager configurations measured with the
                host clock and no memory figures (null, said in a note), graphed ones skipped with
                the reason the worker's hello gives; schema-valid.
+  judge_jobs   --judge-jobs: tests/cli/data/tradeoff-sweep-judge-jobs.json on torch (CPU) with a
+               planted mutant (ckpt-param-grad-lost: one configuration incorrect, the others
+               passed), once with --judge-jobs 1 and once with 3: the second judges every
+               configuration first (its stderr says so, with 3 workers, each judged line before
+               the first measured one), both list every configuration in plan order on stderr,
+               and the two reports are equal but for timings (verdicts, reasons, findings, checks
+               with their evidence, memory figures, judged cases), as are their tables' verdicts,
+               summaries and corpus files. Memory figures are null on the CPU: equal as such.
 No timing is asserted: only that times exist and are ordered (p10 <= median <= p90).
 Exit 0 pass, 1 fail, 77 skipped (no jsonschema; torch_cpu: no torch).
 """
@@ -282,6 +290,76 @@ def run_torch_cpu() -> None:
     print(f"ok: {len(names)} configurations on torch (CPU)")
 
 
+TIMING = {"step_ms", "tflops", "matmul_share", "recompute_overhead", "capture_ms", "partial_step_ms", "forward_ms",
+          "backward_ms"}
+
+
+def without_timings(x):
+    """The report's content less what a clock measured (and corpus files' folder)."""
+    if isinstance(x, dict):
+        return {k: (os.path.basename(v) if k == "corpus_file" else without_timings(v)) for k, v in x.items() if k not in TIMING}
+    if isinstance(x, list):
+        return [without_timings(v) for v in x]
+    return x
+
+
+def run_judge_jobs() -> None:
+    py = os.environ.get("RECAP_PYTHON", "python3")
+    if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode != 0:
+        if os.environ.get("RECAP_REQUIRE_TORCH"):
+            fail(f"RECAP_REQUIRE_TORCH is set but {py} cannot import torch")
+        print(f"no torch for {py}: skipped")
+        sys.exit(77)
+    sweep_path = os.path.join(DATA, "tradeoff-sweep-judge-jobs.json")
+    runs = {}
+    for jobs in (1, 3):
+        p = tradeoff("--sut", "torch", "--backend", "sim", "--sweep", sweep_path, "--judge-jobs", str(jobs),
+                     "--worker-env", "RECAP_FRAMEWORK_MUTANT=ckpt-param-grad-lost",
+                     "--report", f"j{jobs}.json", "--corpus-dir", f"found{jobs}")
+        check(p.returncode == 1, f"--judge-jobs {jobs}: exit {p.returncode}, expected 1 (the mutant's new failure)")
+        runs[jobs] = (p, load_valid(f"j{jobs}.json"))
+    (p1, r1), (p3, r3) = runs[1], runs[3]
+    names = [c["name"] for c in r1["sizes"][0]["configurations"]]
+    verdicts = [c["verdict"] for c in r1["sizes"][0]["configurations"]]
+    # a mix, so that a verdict or finding landing on the wrong configuration shows
+    check(verdicts.count("skipped") == 5 and verdicts.count("passed") >= 3 and
+          any(v not in ("passed", "skipped") for v in verdicts), f"verdicts {verdicts}")
+    # stderr: one line per configuration in plan order, each after every judged line with 3 jobs
+    for jobs, p in ((1, p1), (3, p3)):
+        lines = p.stderr.splitlines()
+        done = [l for l in lines if l.startswith("tradeoff: [")]
+        check(len(done) == len(names) and all(f"[{i + 1}/{len(names)}] tiny {n}: " in l for i, (n, l) in enumerate(zip(names, done))),
+              f"--judge-jobs {jobs}: progress lines {done}")
+        judged = [i for i, l in enumerate(lines) if l.startswith("tradeoff: judged [")]
+        if jobs == 1:
+            check(not judged, f"--judge-jobs 1 judges as it measures: {lines}")
+        else:
+            check("tradeoff: judging 5 configurations with 3 torch workers, then measuring them one at a time" in lines,
+                  f"--judge-jobs 3: no judging line: {lines}")
+            check(len(judged) == 5 and max(judged) < lines.index(done[0]), f"--judge-jobs 3: judged lines {lines}")
+    # the reports: equal but for timings, configuration by configuration
+    check(without_timings(r1["sizes"]) == without_timings(r3["sizes"]) and len(r1["sizes"]) == len(r3["sizes"]) == 1,
+          "the reports' sizes differ")
+    for c1, c3 in zip(r1["sizes"][0]["configurations"], r3["sizes"][0]["configurations"]):
+        a, b = without_timings(c1), without_timings(c3)
+        check(a == b, f"{c1['name']}: --judge-jobs 1 and 3 differ:\n{json.dumps(a, sort_keys=True)}\n{json.dumps(b, sort_keys=True)}")
+    bad = [c for c in r1["sizes"][0]["configurations"] if c["findings"]]
+    check(bad and all(os.path.isfile(f["corpus_file"]) for c in bad for f in c["findings"] if "corpus_file" in f), "findings")
+    check(sorted(os.listdir("found1")) == sorted(os.listdir("found3")) and os.listdir("found1"), "corpus files")
+    for f in os.listdir("found1"):
+        check(json.load(open(os.path.join("found1", f))) == json.load(open(os.path.join("found3", f))), f"corpus file {f}")
+    # the tables: each configuration's verdict, and the summary line
+    def table(out):
+        rows = {}
+        for l in out.splitlines():
+            w = l.split()
+            if len(w) > 1 and w[0] in names:
+                rows[w[0]] = w[1]
+        return rows, [l for l in out.splitlines() if " configurations: " in l]
+    check(table(p1.stdout) == table(p3.stdout) and len(table(p1.stdout)[0]) == len(names), "the tables' verdicts")
+    print(f"ok: {len(names)} configurations, the same with --judge-jobs 1 and 3")
+
+
 def observed(layers, hidden, heads, ffn, tokens, microbatches, dropout) -> int:
     """Elements the judged case observes a step (docs/DESIGN.md, section 8): parameters x
     (microbatches + 2), and with dropout one forward's masks."""
@@ -385,4 +463,5 @@ def run_judge_size() -> None:
     print(f"ok: wide judged at {dims}, narrow at its own size")
 
 
-{"sim": run_sim, "fault": run_fault, "judge_size": run_judge_size, "torch_cpu": run_torch_cpu}[CHECK]()
+{"sim": run_sim, "fault": run_fault, "judge_size": run_judge_size, "torch_cpu": run_torch_cpu,
+ "judge_jobs": run_judge_jobs}[CHECK]()

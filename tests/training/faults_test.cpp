@@ -2,8 +2,11 @@
 // fault, a case's faults travel in its JSON and are on only while its session lives.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "executor_test_util.h"
 #include "harness/runtime/faults.h"
@@ -17,7 +20,7 @@ using runtime::Fault;
 using runtime::fault_on;
 
 TEST(Faults, OffByDefault) {
-  EXPECT_EQ(runtime::g_fault_mask, 0u);
+  EXPECT_EQ(runtime::g_fault_mask.load(), 0u);
   for (const auto& e : runtime::kFaultNames) EXPECT_FALSE(fault_on(e.value)) << e.name;
 }
 
@@ -54,7 +57,7 @@ TEST(Faults, ScopeTurnsOnItsFaultsAndRestores) {
     EXPECT_TRUE(fault_on(Fault::AllocInCapture));
     EXPECT_FALSE(fault_on(Fault::PhaseFlagLeak));
   }
-  EXPECT_EQ(runtime::g_fault_mask, 0u);
+  EXPECT_EQ(runtime::g_fault_mask.load(), 0u);
   uint64_t mask = 0;
   EXPECT_EQ(runtime::fault_mask_of({"nope"}, &mask).rfind("unknown fault 'nope' (known: rng-snapshot-is-handle", 0), 0u);
 }
@@ -73,6 +76,45 @@ TEST(Faults, ACaseCarriesItsFaultsInItsJson) {
   EXPECT_EQ(case_from_json(j, &back).rfind("faults: expected an array", 0), 0u);
 }
 
+// The mask is the process's (recap tradeoff --judge-jobs makes Sessions on several threads): a
+// scope nested on one thread puts the outer one's faults back, and another thread's scope waits
+// until this thread's has ended, so neither sees the other's faults.
+TEST(Faults, ScopesNestOnOneThreadAndWaitAcrossThreads) {
+  {
+    runtime::FaultScope outer({"rng-offset-baked"});
+    {
+      runtime::FaultScope inner({"pool-order"});
+      EXPECT_TRUE(fault_on(Fault::PoolOrder));
+      EXPECT_FALSE(fault_on(Fault::RngOffsetBaked));
+    }
+    EXPECT_TRUE(fault_on(Fault::RngOffsetBaked));
+    EXPECT_FALSE(fault_on(Fault::PoolOrder));
+  }
+  std::atomic<bool> started{false}, entered{false}, theirs_seen{false}, mine_seen{true};
+  std::thread other;
+  {
+    runtime::FaultScope mine({"rng-offset-baked"});
+    other = std::thread([&] {
+      started = true;
+      runtime::FaultScope theirs({"pool-order"});
+      entered = true;
+      theirs_seen = fault_on(Fault::PoolOrder);
+      mine_seen = fault_on(Fault::RngOffsetBaked);
+    });
+    while (!started) std::this_thread::yield();
+    // room for the other thread's scope to start: without the lock it would, and set its mask
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(entered);
+    EXPECT_TRUE(fault_on(Fault::RngOffsetBaked));
+    EXPECT_FALSE(fault_on(Fault::PoolOrder));
+  }
+  other.join();
+  EXPECT_TRUE(entered);
+  EXPECT_TRUE(theirs_seen);
+  EXPECT_FALSE(mine_seen);
+  EXPECT_EQ(runtime::g_fault_mask.load(), 0u);
+}
+
 // Non-vacuity: the fault point is reached and changes the run, and only while its session lives.
 TEST(Faults, OnOnlyWhileItsSessionRuns) {
   std::string err;
@@ -83,7 +125,7 @@ TEST(Faults, OnOnlyWhileItsSessionRuns) {
   ASSERT_TRUE(clean.ok());
   s.faults = {"static-input-stale"};
   const RunResult broken = run_case(*dev, s);
-  EXPECT_EQ(runtime::g_fault_mask, 0u);
+  EXPECT_EQ(runtime::g_fault_mask.load(), 0u);
   ASSERT_TRUE(broken.ok());
   ASSERT_EQ(clean.steps.size(), broken.steps.size());
   auto loss = [](const RunResult& r, size_t step) { return r.steps[step].microbatches[0].loss; };
