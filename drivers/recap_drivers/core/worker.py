@@ -9,7 +9,10 @@ CUDA error) after the reply that reported it.
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import os
+import signal
 import sys
 import traceback
 from typing import Any, BinaryIO, Callable, Optional, TextIO
@@ -19,9 +22,25 @@ from .errors import REFUSALS
 from .protocol import FrameError, TruncatedError, error_message, read_message, write_message
 
 
+def die_with_parent() -> None:
+    """SIGKILL when the process (thread) that started this worker ends, on Linux. A worker in the
+    middle of a long request reads no EOF: killed recap's workers went on using the GPU and
+    slowed the next run's measurements (results/h200/2026-12-03-issue19-s8)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os._exit(0)
+
+
 def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log: TextIO = sys.stderr) -> int:
     """Serves requests until shutdown or EOF. The SUT is created lazily, on the first request
     that needs it, so a bad environment is reported as an error reply, not a silent death."""
+    die_with_parent()
     sut = None
     sut_error: Optional[str] = None
 
