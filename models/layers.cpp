@@ -168,8 +168,11 @@ Param Builder::make_param(const std::string& name, const Shape& shape, Init init
   p.name = name;
   p.value = ctx.alloc_tensor(shape, dtype, MemCategory::Parameters);
   p.grad = ctx.alloc_tensor(shape, dtype, MemCategory::Gradients);
-  runtime::from_floats(ctx.dev, p.value, init_values(param_seed, name, p.value.numel(), init, fan_in));
-  runtime::from_floats(ctx.dev, p.grad, std::vector<float>(static_cast<size_t>(p.grad.numel()), 0.0f));
+  // Model's constructor synchronizes once after every parameter (runtime::Settle).
+  runtime::from_floats(ctx.dev, p.value, init_values(param_seed, name, p.value.numel(), init, fan_in),
+                       runtime::Settle::ByCaller);
+  device::Status s = ctx.dev.memset(p.grad.data, 0, p.grad.bytes());  // zero in fp32 and bf16 alike
+  if (!device::ok(s)) throw runtime::DeviceError("cudaMemset", s, "zeroing " + name + "'s gradient");
   return p;
 }
 

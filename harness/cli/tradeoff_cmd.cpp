@@ -20,9 +20,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <map>
@@ -34,6 +36,7 @@
 #include "harness/base/json_read.h"
 #include "harness/cli/cli.h"
 #include "harness/cli/known_findings.h"
+#include "harness/cli/signals.h"
 #include "harness/runtime/faults.h"
 #include "harness/runtime/phase.h"
 #include "harness/sut/in_process.h"
@@ -566,6 +569,7 @@ struct Outcome {
   std::optional<sut::Measurement> measured;
   std::string not_measured;            // why there is no measurement
   bool new_failure = false;            // failing, and no known finding accepts it
+  bool judged_done = false;            // the oracles ran on it (a stop signal can come first)
 };
 
 // ---- output ---------------------------------------------------------------------------------
@@ -767,9 +771,10 @@ void judge_all(std::vector<std::vector<Outcome>>& outcomes, const std::vector<Si
                            system.info.version + " on " + system.info.device);
         mine.sut = own->sut;
       }
-      for (size_t i = next++; !stop && i < todo.size(); i = next++) {
+      for (size_t i = next++; !stop && !stop_flag()->load() && i < todo.size(); i = next++) {
         Outcome& o = *todo[i].o;
         o.judged = judge_plan(o.plan, mine, a);
+        o.judged_done = true;
         std::fprintf(stderr, "tradeoff: judged [%zu/%zu] %s %s: %s%s\n", ++judged, todo.size(), todo[i].size->name.c_str(),
                      o.plan.cfg.name.c_str(), verdict_of(o).c_str(), judged_at(o.plan).c_str());
       }
@@ -795,6 +800,13 @@ void judge_all(std::vector<std::vector<Outcome>>& outcomes, const std::vector<Si
 // ---- the command ----------------------------------------------------------------------------
 
 int tradeoff(const TradeoffArgs& a) {
+  // SIGINT or SIGTERM (a `timeout`): no new configuration starts, the one running finishes, and
+  // the report holds what ran, the rest "not run" (a compute-bound sweep is minutes per system).
+  install_stop_handlers();
+  const double started = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  auto elapsed_s = [started] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - started;
+  };
   check_output_file("--report", a.report);
   check_output_dir("--corpus-dir", a.corpus_dir);
   Sweep sw;
@@ -876,22 +888,35 @@ int tradeoff(const TradeoffArgs& a) {
   // runtime in process, whose runs share the process's state; --judge-jobs 1) each configuration is
   // judged and then measured before the next.
   const bool judged_first = system.sut && a.judge_jobs > 1;
-  if (judged_first) judge_all(outcomes, sw.sizes, opts, system, a, backend);
+  if (judged_first) {
+    judge_all(outcomes, sw.sizes, opts, system, a, backend);
+    std::fprintf(stderr, "tradeoff: judging ended at %.0f s; measuring\n", elapsed_s());
+  }
+  std::string interrupted;
   for (size_t si = 0; si < sw.sizes.size(); ++si) {
     for (Outcome& o : outcomes[si]) {
-      const Plan& p = o.plan;
+      Plan& p = o.plan;
       ++done;
-      if (p.skip.empty()) {
-        if (!judged_first) o.judged = judge_plan(p, opts, a);
+      if (p.skip.empty() && stop_flag()->load()) {
+        const std::string why = std::string("recap tradeoff was interrupted (") + strsignal(stop_signal()) + ") before ";
+        if (o.judged_done) o.not_measured = "not measured: " + why + "its measurement";
+        else p.skip = "not run: " + why + "this configuration";
+      } else if (p.skip.empty()) {
+        if (!judged_first) {
+          o.judged = judge_plan(p, opts, a);
+          o.judged_done = true;
+        }
         measure_plan(&o, measurer, &clocks);
       }
-      std::fprintf(stderr, "tradeoff: [%d/%d] %s %s: %s%s%s\n", done, total, sw.sizes[si].name.c_str(), p.cfg.name.c_str(),
-                   verdict_of(o).c_str(), judged_at(p).c_str(),
+      std::fprintf(stderr, "tradeoff: [%d/%d] %s %s: %s%s%s (at %.0f s)\n", done, total, sw.sizes[si].name.c_str(),
+                   p.cfg.name.c_str(), verdict_of(o).c_str(), judged_at(p).c_str(),
                    o.measured && !o.measured->step_ms.empty()
                        ? (" " + fixed(percentile(o.measured->step_ms, 0.5), "%.3f") + " ms").c_str()
-                       : "");
+                       : "",
+                   elapsed_s());
     }
   }
+  const int rc_if_stopped = exit_code_after_stop(0, &interrupted);
   if (clocks.count("cuda-events")) ctx.clock = "cuda-events: each step's work timed between two CUDA events on its stream";
   else if (clocks.count("host-clock"))
     ctx.clock = backend == "sim" || system.info.device == "cpu"
@@ -1057,6 +1082,7 @@ int tradeoff(const TradeoffArgs& a) {
                              {"known_findings", a.known_findings},
                              {"corpus_dir", a.corpus_dir}};
   j["context"]["seed"] = a.seed;
+  if (!interrupted.empty()) j["context"]["interrupted"] = interrupted;
   if (!a.faults.empty()) j["context"]["faults"] = a.faults;
   j["context"]["model_note"] =
       "a stack of `layers` recap blocks (pre-norm attention and MLP with dropout); recap.case/1 has no batch dimension, "
@@ -1105,6 +1131,10 @@ int tradeoff(const TradeoffArgs& a) {
     std::string err;
     if (!reports::write_text_file(a.report, j.dump(1) + "\n", &err)) throw reports::WriteError("--report: " + err);
     std::printf("report: %s\n", a.report.c_str());
+  }
+  if (!interrupted.empty()) {
+    std::printf("interrupted (%s): the configurations that ran\n", interrupted.c_str());
+    return rc_if_stopped;
   }
   return new_failures ? kExitFailed : kExitOk;
 }

@@ -332,11 +332,12 @@ void check_fits(const Tensor& t, size_t bytes, const char* what) {
 
 }  // namespace
 
-void upload(device::Device& dev, const Tensor& t, const void* host, size_t bytes) {
+void upload(device::Device& dev, const Tensor& t, const void* host, size_t bytes, Settle settle) {
   check_fits(t, bytes, "upload");
   if (bytes == 0) return;
   device::Status s = dev.memcpy(t.data, host, bytes, device::CopyKind::HostToDevice);
   if (!device::ok(s)) throw DeviceError("cudaMemcpy", s, "upload of " + std::to_string(bytes) + " bytes");
+  if (settle == Settle::ByCaller) return;
   // A pageable host-to-device cudaMemcpy may return before the data lands, and work on a
   // non-blocking stream does not wait for the legacy stream: finish the copy before anyone reads.
   s = dev.device_synchronize();
@@ -363,17 +364,17 @@ std::vector<float> to_floats(device::Device& dev, const Tensor& t) {
   return out;
 }
 
-void from_floats(device::Device& dev, const Tensor& t, const std::vector<float>& v) {
+void from_floats(device::Device& dev, const Tensor& t, const std::vector<float>& v, Settle settle) {
   size_t n = static_cast<size_t>(t.numel());
   if (v.size() != n)
     throw std::invalid_argument("from_floats: " + std::to_string(v.size()) + " values for a tensor of " +
                                 std::to_string(n) + " elements");
   if (t.dtype == DType::F32) {
-    upload(dev, t, v.data(), n * sizeof(float));
+    upload(dev, t, v.data(), n * sizeof(float), settle);
   } else {
     std::vector<uint16_t> raw(n);
     for (size_t i = 0; i < n; ++i) raw[i] = float_to_bf16(v[i]).bits;
-    upload(dev, t, raw.data(), n * sizeof(uint16_t));
+    upload(dev, t, raw.data(), n * sizeof(uint16_t), settle);
   }
 }
 

@@ -127,9 +127,15 @@ class PoolScope {
 };
 
 // Host <-> device copies for tests and reports (synchronous; never during capture).
-void upload(device::Device& dev, const Tensor& t, const void* host, size_t bytes);
+// An upload returns once the host buffer may be reused, but a pageable copy may still be landing
+// and a non-blocking stream does not wait for it: Settle::Now synchronizes the device after it;
+// Settle::ByCaller leaves that to a caller that uploads many tensors and synchronizes once after
+// them (each synchronization waits for the GPU, which a campaign's processes share).
+enum class Settle { Now, ByCaller };
+void upload(device::Device& dev, const Tensor& t, const void* host, size_t bytes, Settle settle = Settle::Now);
 void download(device::Device& dev, const Tensor& t, void* host, size_t bytes);
 std::vector<float> to_floats(device::Device& dev, const Tensor& t);  // bf16 widened exactly
-void from_floats(device::Device& dev, const Tensor& t, const std::vector<float>& v);  // bf16: RNE
+void from_floats(device::Device& dev, const Tensor& t, const std::vector<float>& v,
+                 Settle settle = Settle::Now);  // bf16: RNE
 
 }  // namespace recap::runtime

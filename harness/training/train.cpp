@@ -180,9 +180,10 @@ void Trainer::load_step_data(int step) {
   check(dev.device_synchronize(), "cudaDeviceSynchronize", "loading the step's data");
   profile::Scope prof(profile::kHostData);
   for (int m = 0; m < spec.microbatches; ++m) {
-    from_floats(dev, input[m], fresh_values(step, m, 0));
-    from_floats(dev, target[m], fresh_values(step, m, 1));
+    from_floats(dev, input[m], fresh_values(step, m, 0), runtime::Settle::ByCaller);
+    from_floats(dev, target[m], fresh_values(step, m, 1), runtime::Settle::ByCaller);
   }
+  check(dev.device_synchronize(), "cudaDeviceSynchronize", "the step's data uploaded");
 }
 
 void Trainer::begin_step(int step, device::Stream s) {

@@ -463,5 +463,42 @@ def run_judge_size() -> None:
     print(f"ok: wide judged at {dims}, narrow at its own size")
 
 
+def run_interrupt() -> None:
+    """SIGTERM after the first configuration's line (as `timeout` sends it): recap finishes that one,
+    starts no other, writes a schema-valid report with every configuration (those not reached
+    skipped, "not run: ..."), says so, and exits 143."""
+    import signal
+
+    sweep_path = os.path.join(DATA, "tradeoff-sweep-sim.json")
+    p = subprocess.Popen([RECAP, "tradeoff", "--backend", "sim", "--sweep", sweep_path, "--report", "i.json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    assert p.stderr is not None
+    for line in p.stderr:
+        seen.append(line)
+        if line.startswith("tradeoff: [1/"):
+            p.send_signal(signal.SIGTERM)
+            break
+    err = "".join(seen) + p.stderr.read()
+    out = p.stdout.read() if p.stdout else ""
+    rc = p.wait()
+    print(out[-3000:])
+    print(err[-3000:], file=sys.stderr)
+    check(rc == 143, f"exit {rc}, expected 143")
+    check("interrupted (Terminated): the configurations that ran" in out, "no interrupted line")
+    r = load_valid("i.json")
+    check(r["context"].get("interrupted") == "Terminated", f"context.interrupted: {r['context'].get('interrupted')}")
+    configs = r["sizes"][0]["configurations"]
+    sweep = json.load(open(sweep_path))
+    names = expected_names(sweep, ["reentrant"], sweep["policy"], ["graph-safe"])  # as run_sim
+    check([c["name"] for c in configs] == names, f"every configuration listed: {[c['name'] for c in configs]}")
+    not_run = [c for c in configs if c.get("reason", "").startswith("not run: recap tradeoff was interrupted (Terminated)")]
+    ran = [c for c in configs if c["verdict"] != "skipped"]
+    check(ran and ran[0] is configs[0] and ran[0]["step_ms"] is not None, "the first configuration ran and was timed")
+    check(len(not_run) >= len(configs) - 2, f"{len(not_run)} of {len(configs)} configurations not run")
+    check(all(c["verdict"] == "skipped" and c["step_ms"] is None for c in not_run), "a configuration not run has figures")
+    print(f"ok: {len(ran)} ran, {len(not_run)} not run of {len(configs)}")
+
+
 {"sim": run_sim, "fault": run_fault, "judge_size": run_judge_size, "torch_cpu": run_torch_cpu,
- "judge_jobs": run_judge_jobs}[CHECK]()
+ "judge_jobs": run_judge_jobs, "interrupt": run_interrupt}[CHECK]()
