@@ -1,4 +1,4 @@
-"""recap-driver (or python3 -m recap_drivers) --sut torch|megatron [--device cpu|cuda|auto] [--expect-version V]
+"""recap-driver (or python3 -m recap_drivers) --sut torch|megatron [--device cpu|cuda|auto] [--expect-version V] [--ranks N]
 
 A recap.worker/1 worker: requests on stdin, replies on stdout (nothing else is ever written
 there), free text on stderr. See PROTOCOL.md.
@@ -32,6 +32,27 @@ def installed(sut: str) -> Tuple[str, Optional[str]]:
         return "torch", None
 
 
+def make_rank(world: int, rank: int, device: str) -> Any:
+    """A rank group's SUT: the leader's (rank < 0: it starts the other ranks) or rank r's."""
+    import torch
+
+    from .core.rank_args import parse_timeout
+    from .core.ranks import Group, GroupSUT, child_argv, child_init
+    from .frameworks.torch.tensor_parallel import TorchRankSUT
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.set_device(max(rank, 0))  # a GPU per rank (LOCAL_RANK)
+    timeout, _ = parse_timeout()
+    dev = torch.device(device)
+    if rank > 0:
+        child_init(rank, world, dev, timeout)
+        return TorchRankSUT(device, rank, world)
+    group = Group(world, child_argv(world, device), dev, timeout)
+    return GroupSUT(TorchRankSUT(device, 0, world), group)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     # Before torch (and CUDA) initialize: deterministic cuBLAS needs a fixed workspace.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -41,7 +62,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--expect-version", default="",
                     help="refuse to start (exit 2) unless the framework's version is this one "
                          "(megatron: megatron-core's, exactly; torch: a prefix of torch.__version__)")
+    ap.add_argument("--ranks", default="",
+                    help="a rank group of N >= 2 ranks, tensor-parallel (torch only; PROTOCOL.md, 'Rank groups')")
+    ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)  # a rank the leader started
     args = ap.parse_args(argv)
+    world = 0
+    if args.ranks or args.rank >= 0:
+        from .core import rank_faults
+        from .core.rank_args import parse_ranks, parse_timeout
+
+        world, problem = parse_ranks(args.ranks) if args.ranks else (0, "--rank needs --ranks")
+        if not problem and args.sut != "torch":
+            problem = f"--ranks: only --sut torch runs rank groups, not --sut {args.sut}"
+        if not problem and args.rank >= world:
+            problem = f"--rank {args.rank}: expected 1 .. {world - 1}"
+        problem = problem or parse_timeout()[1] or rank_faults.PROBLEM
+        if problem:
+            print(f"recap_drivers: {problem}", file=sys.stderr)
+            return 2
 
     from .core.protocol import guard_stdout
     from .core.worker import check_version, serve
@@ -76,6 +114,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
 
     def make() -> Any:
+        if world:
+            return make_rank(world, args.rank, args.device)
         if args.sut == "megatron":
             from .frameworks.megatron.sut import MegatronSUT
 
@@ -98,6 +138,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         s.hello = hello
         return s
 
+    if args.rank > 0:
+        # a rank the leader started joins the group now: the leader waits for every rank before
+        # it answers anything (core/ranks.py)
+        try:
+            rank_sut = factory()
+        except Exception as e:
+            print(f"recap_drivers: rank {args.rank}: cannot start: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        factory = lambda: rank_sut  # noqa: E731
     try:
         return serve(factory, inp, out)
     except BrokenPipeError:

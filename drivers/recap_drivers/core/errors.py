@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..case import CaseError
 
-__all__ = ["BuildFailure", "CaseError", "RequestError", "SkipCase", "RunawayBackward", "REFUSALS"]
+__all__ = ["BuildFailure", "CaseError", "GroupLost", "RequestError", "SkipCase", "RunawayBackward", "REFUSALS"]
 
 
 class RequestError(Exception):
@@ -32,6 +32,12 @@ class RunawayBackward(RuntimeError):
     deeper on a new autograd thread with its own cuBLAS workspace, until the device runs out of
     memory, results/FINDINGS.md M7). Raised from the observer: such a run is already broken, and a
     named failure in a second beats an out-of-memory error, which judges nothing, a minute later."""
+
+
+class GroupLost(Exception):
+    """A rank group (core/ranks.py) lost a rank, or its ranks answered a request differently: the
+    worker answers with an error reply (one line naming the rank) and exits with status 3, since
+    its collectives can no longer be trusted to be in step."""
 
 
 # The exceptions a request's reply quotes as they are (the others are "internal error: ...").

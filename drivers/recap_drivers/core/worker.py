@@ -4,7 +4,7 @@ A SUT object provides hello() -> dict (sut, version, device, capabilities) and
 run(header, frames) -> (reply header, reply frames); it raises errors.RequestError (or
 case.CaseError), with a one-line message, for a request it cannot serve. Exit codes: 0 shutdown or EOF, 2 protocol
 mismatch, truncated input or a SUT that is not available, 3 the device became unusable (a sticky
-CUDA error) after the reply that reported it.
+CUDA error) after the reply that reported it, or a rank group lost a rank (errors.GroupLost).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import traceback
 from typing import Any, BinaryIO, Callable, Optional, TextIO
 
 from .. import PROTOCOL
-from .errors import REFUSALS
+from .errors import REFUSALS, GroupLost
 from .protocol import FrameError, TruncatedError, error_message, read_message, write_message
 
 
@@ -101,6 +101,10 @@ def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log: Tex
                 continue
             try:
                 reply, out_frames = s.run(header, frames)
+            except GroupLost as e:  # a rank group that lost a rank cannot serve another request
+                write_message(out, error_message(str(e), rid))
+                print(f"recap worker: exiting: {e}", file=log)
+                return 3
             except REFUSALS as e:  # a request this SUT cannot serve: its one line
                 write_message(out, error_message(str(e), rid))
                 continue

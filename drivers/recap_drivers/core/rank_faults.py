@@ -1,0 +1,40 @@
+"""Planted rank-group faults (PROTOCOL.md, "Rank groups"), for testing the cross-rank oracles
+(core/ranks_check.py) and the group's handling of a lost rank. Off unless RECAP_RANK_FAULT names
+one; read once at import (every rank inherits the variable), so that off costs one comparison of a
+module constant where a fault could act. A bad value is refused at start-up (exit 2, one line).
+
+  tp-seed-shared       rank 1's tensor-parallel generator is seeded as rank 0's (seed + 2718 + 0):
+                       dropout masks inside tensor-parallel regions are equal across ranks, which
+                       ranks_check.tp_masks_differ must catch.
+  tp-recompute-stale   a checkpoint recomputes with the tracker's current (advanced) tensor-parallel
+                       state instead of the one saved at its forward (torch.utils.checkpoint alone,
+                       without Megatron's CheckpointFunction tracker handling): recompute masks inside
+                       tensor-parallel regions differ from their forward's (ranks_check.recompute_equal).
+  dp-seed-per-rank     the shared (default) generator is seeded seed + rank: masks outside
+                       tensor-parallel regions differ across ranks (ranks_check.outside_masks_equal).
+  tp-grad-not-reduced  the backward of the copy into a tensor-parallel region skips its all-reduce:
+                       input gradients are partial sums (ranks_check.grads_match_one_rank).
+  kill-rank            the last rank SIGKILLs itself in its first forward, after its first layer: the
+                       leader must answer with one line naming the rank, and the group exit.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Tuple
+
+KINDS = ("tp-seed-shared", "tp-recompute-stale", "dp-seed-per-rank", "tp-grad-not-reduced", "kill-rank")
+ENV = "RECAP_RANK_FAULT"
+
+
+def parse(text: str) -> Tuple[str, str]:
+    """(the fault, "") or ("", the one-line problem); ("", "") when unset."""
+    text = text.strip()
+    if not text:
+        return "", ""
+    if text not in KINDS:
+        return "", f"{ENV}: unknown fault {text!r} (known: {', '.join(KINDS)})"
+    return text, ""
+
+
+FAULT, PROBLEM = parse(os.environ.get(ENV, ""))

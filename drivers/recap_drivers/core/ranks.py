@@ -1,0 +1,350 @@
+"""Rank groups (PROTOCOL.md, "Rank groups"): `python3 -m recap_drivers --sut torch --ranks N` is one
+worker made of N ranks of one torch.distributed group. Rank 0 is the process recap started: it
+alone reads requests (stdin) and writes replies (stdout); it sends each request, header and
+frames, to the other ranks, runs it itself, gathers every rank's observation and replies once.
+
+Launcher. The leader starts ranks 1 .. N-1 itself (subprocess, `--rank r`), not with
+torch.distributed.run: torchrun puts its elastic agent between recap and the ranks (recap's stdin
+and stdout would belong to the agent, or be inherited by every rank), and on a rank's death the
+agent tears the group down and exits, so no rank could answer recap with the reason. Started here,
+each rank gets the environment torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT) and joins through a TCPStore the leader opened on a free port (port 0: no race for
+the port); ranks die with the leader (die_with_parent) and are in its process group (recap's kill
+of the group reaches them).
+
+Request and reply paths. Requests go to every rank over its stdin pipe as the same bytes; each
+rank answers on its stdout pipe with its own observation (core.worker.serve, unchanged). The
+pipes, not collectives, carry the control traffic, so the leader never blocks in a collective
+waiting for a dead rank: its own rank runs in a thread while the main thread watches the others.
+Only the model's tensor-parallel collectives use the process group (gloo on the CPU, nccl on CUDA).
+
+A lost rank. A rank that exits (a crash, SIGKILL) before answering, or that answers nothing within
+RECAP_RANK_TIMEOUT_S seconds (default 120) of the first rank's answer, ends the group: the leader
+kills the other ranks, writes `{"op":"error","id":..,"message":"rank 1 died of signal 9 (SIGKILL)
+during request 7; ..."}` (one line, naming the rank) and exits with status 3. recap treats an
+error reply to a run as a crashed case and starts a new worker. The same timeout bounds each
+collective (the process group's timeout), so a rank stuck in a collective whose peer hangs
+fails its run rather than waiting for ever. Ranks whose runs failed differently (their collectives
+may be out of step) give a `failed` observation with `fatal: true`, and the group exits 3 after it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from .. import case as case_mod
+from .errors import GroupLost, RequestError
+from .protocol import Frame, encode_message, read_message
+from .rank_args import TIMEOUT_ENV
+
+STORE_ENV = "RECAP_RANK_STORE"  # host:port of the leader's TCPStore, for ranks 1 .. N-1
+
+
+def backend_for(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def how_it_ended(code: Optional[int]) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"died of signal {-code} ({name})"
+    return f"exited with status {code}"
+
+
+def _init_group(backend: str, store: Any, rank: int, world: int, timeout: float) -> None:
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
+
+
+def child_init(rank: int, world: int, device: torch.device, timeout: float) -> None:
+    """Ranks 1 .. N-1: join the leader's group (STORE_ENV) before serving."""
+    host, _, port = os.environ.get(STORE_ENV, "").rpartition(":")
+    if not host or not port.isdigit():
+        raise RuntimeError(f"rank {rank}: {STORE_ENV} is not host:port")
+    store = dist.TCPStore(host, int(port), world, False, timeout=datetime.timedelta(seconds=timeout))
+    _init_group(backend_for(device), store, rank, world, timeout)
+
+
+class Group:
+    """The leader's view of ranks 1 .. N-1: their processes and pipes."""
+
+    def __init__(self, world: int, child_argv: Callable[[int], List[str]], device: torch.device, timeout: float) -> None:
+        self.world, self.timeout, self.device = world, timeout, device
+        store = dist.TCPStore("127.0.0.1", 0, world, True, timeout=datetime.timedelta(seconds=timeout),
+                              wait_for_workers=False)
+        self.children: List[Any] = []
+        for r in range(1, world):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), **{STORE_ENV: f"127.0.0.1:{store.port}"})
+            # stdin and stdout: the leader's pipes; stderr: the worker's, so recap quotes a rank's traceback
+            self.children.append(subprocess.Popen(child_argv(r), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                  env=env))
+        # the leader joins in a thread, so that a rank that dies before joining is seen at once
+        failed: List[BaseException] = []
+
+        def join() -> None:
+            try:
+                _init_group(backend_for(device), store, 0, world, timeout)
+            except BaseException as e:  # noqa: B902 - reported by the waiting thread
+                failed.append(e)
+
+        t = threading.Thread(target=join, name="recap-rank0-join", daemon=True)
+        t.start()
+        self.store = store
+        while t.is_alive():
+            t.join(0.1)
+            for r, ch in enumerate(self.children, start=1):
+                if ch.poll() is not None:
+                    self.kill()
+                    raise RuntimeError(f"rank {r} {how_it_ended(ch.returncode)} before joining the group")
+        if failed:
+            self.kill()
+            raise RuntimeError(f"rank 0 could not join the group: {failed[0]}")
+
+    def kill(self) -> None:
+        for ch in self.children:
+            if ch.poll() is None:
+                ch.kill()
+        for ch in self.children:
+            try:
+                ch.wait(10)
+            except Exception:
+                pass
+
+
+class GroupSUT:
+    """The SUT core.worker.serve sees in the leader: `local` is rank 0's SUT (a framework SUT whose
+    run also adds `rank_shards` and `rank_tp_sites` to its reply)."""
+
+    def __init__(self, local: Any, group: Group) -> None:
+        self.local = local
+        self.group = group
+        self.world = group.world
+        self.retire = False
+
+    def hello(self) -> Dict[str, Any]:
+        h = dict(self.local.hello())
+        h["ranks"] = self.world
+        caps = dict(h.get("capabilities", {}))
+        caps["tp"] = [self.world]
+        h["capabilities"] = caps
+        h.pop("ops", None)  # measure is not served by a rank group (yet): a client then asks for none
+        return h
+
+    def run(self, header: Dict[str, Any], frames: List[Frame]) -> Tuple[Dict[str, Any], List[Frame]]:
+        rid = header.get("id")
+        tp = header.get("tp", self.world)
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp != self.world:
+            raise RequestError(f"tp: this rank group runs tp {self.world} (its --ranks), the request asks for {tp!r}")
+        data = encode_message(header, frames)
+        for r, ch in enumerate(self.group.children, start=1):
+            try:
+                ch.stdin.write(data)
+                ch.stdin.flush()
+            except (BrokenPipeError, OSError):
+                self._lost(r, rid, "")
+        results: Dict[int, Tuple[str, Any]] = {}
+        ev = threading.Event()
+
+        def local() -> None:
+            try:
+                results[0] = ("reply", self.local.run(header, frames))
+            except BaseException as e:  # noqa: B902 - answered below, as serve would
+                results[0] = ("raise", e)
+            finally:
+                ev.set()
+
+        def reader(r: int, ch: Any) -> None:
+            try:
+                msg = read_message(ch.stdout)
+                results[r] = ("reply", msg) if msg is not None else ("eof", "")
+            except Exception as e:
+                results[r] = ("eof", f": {e}")
+            finally:
+                ev.set()
+
+        threads = [threading.Thread(target=local, name="recap-rank0", daemon=True)]
+        threads += [threading.Thread(target=reader, args=(r, ch), name=f"recap-rank{r}-reader", daemon=True)
+                    for r, ch in enumerate(self.group.children, start=1)]
+        for t in threads:
+            t.start()
+        first_answer: Optional[float] = None
+        while len(results) < self.world:
+            ev.wait(0.1)
+            ev.clear()
+            for r, ch in enumerate(self.group.children, start=1):
+                if r in results and results[r][0] == "eof":
+                    if ch.poll() is None:  # its output closed: it is ending, let it say how
+                        try:
+                            ch.wait(10)
+                        except subprocess.TimeoutExpired:
+                            pass
+                    self._lost(r, rid, results[r][1])
+                if r not in results and ch.poll() is not None:
+                    threads[r].join(5)  # what it wrote before it ended is still read
+                    if r not in results or results[r][0] == "eof":
+                        self._lost(r, rid, "")
+            if results and first_answer is None:
+                first_answer = time.monotonic()
+            if first_answer is not None and time.monotonic() - first_answer > self.group.timeout:
+                missing = min(r for r in range(self.world) if r not in results)
+                self._lost(missing, rid, "", f"answered nothing within {TIMEOUT_ENV} {self.group.timeout:g} s of "
+                                             f"rank {min(results)}'s answer")
+        return self._answer(header, results)
+
+    def _lost(self, r: int, rid: Any, detail: str, how: str = "") -> None:
+        ch = self.group.children[r - 1] if r >= 1 else None
+        if not how:
+            how = how_it_ended(ch.poll() if ch is not None else None)
+        self.group.kill()
+        raise GroupLost(f"rank {r} {how} during request {rid}{detail}; the rank group cannot continue")
+
+    def _answer(self, header: Dict[str, Any], results: Dict[int, Tuple[str, Any]]) -> Tuple[Dict[str, Any], List[Frame]]:
+        rid = header.get("id")
+        kinds = []
+        for r in range(self.world):
+            kind, val = results[r]
+            kinds.append("observation" if kind == "reply" and val[0].get("op") == "observation" else
+                         ("error" if kind == "reply" else "raise"))
+        if all(k != "observation" for k in kinds):
+            kind, val = results[0]
+            if kind == "raise":
+                raise val  # serve answers it as it would a one-rank worker's
+            raise RequestError(val[0].get("message", "error"))
+        if any(k != "observation" for k in kinds):
+            what = "; ".join(f"rank {r}: " + (kinds[r] if kinds[r] != "error" else
+                                              "error " + results[r][1][0].get("message", "")) for r in range(self.world))
+            raise GroupLost(f"ranks disagree on request {rid} ({what})")
+        try:
+            c = case_mod.parse_case(header["case"], extension_styles=case_mod.EXTENSION_STYLES)
+        except case_mod.CaseError as e:  # the ranks accepted it: cannot happen, but never silently
+            raise RequestError(f"case: {e}") from None
+        return merge([results[r][1] for r in range(self.world)], [tuple(p.shape) for p in case_mod.param_infos(c)],
+                     backend_for(self.group.device))
+
+
+# -- the gathered observation --
+
+RANK_KEYS = ("rank_shards", "rank_tp_sites")
+
+
+def _tensor(f: Frame) -> torch.Tensor:
+    dt = torch.float32 if f.dtype == "f32" else torch.uint8
+    if f.numel == 0:
+        return torch.zeros(f.shape, dtype=dt)
+    return torch.frombuffer(bytearray(f.data), dtype=dt).reshape(f.shape)
+
+
+def assemble(shards: List[Frame], entry: Dict[str, Any], shape: Tuple[int, ...], name: str) -> Frame:
+    """The full tensor of a parameter from every rank's shard (entry: its `shards` row); a
+    replicated parameter is rank 0's."""
+    dim = entry.get("dim")
+    if dim is None:
+        return Frame(name, "f32", tuple(shards[0].shape), shards[0].data)
+    full = torch.empty(shape, dtype=torch.float32)
+    covered = 0
+    for f, ranges in zip(shards, entry["ranges"]):
+        t = _tensor(f)
+        off = 0
+        for a, b in ranges:
+            full.narrow(dim, a, b - a).copy_(t.narrow(dim, off, b - a))
+            off += b - a
+            covered += b - a
+        if off != t.shape[dim]:
+            raise RuntimeError(f"{name}: a shard of {t.shape[dim]} along dim {dim} is described by ranges of {off}")
+    if covered != shape[dim]:
+        raise RuntimeError(f"{name}: the ranks' ranges cover {covered} of {shape[dim]} along dim {dim}")
+    return Frame(name, "f32", tuple(shape), full.contiguous().numpy().tobytes())
+
+
+def _failure_key(h: Dict[str, Any]) -> Any:
+    f = h.get("failure")
+    if f is None:
+        return None
+    return (f.get("phase"), f.get("pass"), f.get("layer"), f.get("microbatch"), f.get("step"), f.get("error"))
+
+
+def merge(replies: List[Tuple[Dict[str, Any], List[Frame]]], shapes: List[Tuple[int, ...]],
+          backend: str) -> Tuple[Dict[str, Any], List[Frame]]:
+    """One observation of the group from every rank's (PROTOCOL.md, "Rank groups"): rank 0's
+    header, `ranks` (world, shards, tp_sites), `steps[].ranks` (every rank's losses and masks),
+    full-shape gradient and parameter frames assembled from the shards, and every rank's own
+    gradient and mask frames named with ` @<rank>`."""
+    world = len(replies)
+    hs = [h for h, _ in replies]
+    fr = [{f.name: f for f in frames} for _, frames in replies]
+    base = {k: v for k, v in hs[0].items() if k not in RANK_KEYS and k != "frames"}
+    shards = hs[0].get("rank_shards", [])
+    base["ranks"] = {"world": world, "tp": world, "backend": backend, "shards": shards,
+                     "tp_sites": list(hs[0].get("rank_tp_sites", []))}
+    statuses = [h.get("status") for h in hs]
+    failed = [r for r in range(world) if statuses[r] == "failed"]
+    if failed:
+        r0 = failed[0]
+        base["status"] = "failed"
+        base["failure"] = dict(hs[r0]["failure"], rank=r0)
+        base["reason"] = f"rank {r0}: {hs[r0].get('reason', '')}"
+        if len(set(_failure_key(h) for h in hs)) > 1:  # ranks stopped at different points
+            base["fatal"] = True
+    elif len(set(statuses)) > 1:
+        base["status"] = "failed"
+        base["reason"] = "ranks disagree: " + ", ".join(f"rank {r} {s}" for r, s in enumerate(statuses))
+        base["fatal"] = True
+    if any(h.get("fatal") for h in hs):
+        base["fatal"] = True
+    n = min(len(h.get("steps", [])) for h in hs)
+    steps = []
+    out: List[Frame] = []
+    by_param = {e["param"]: e for e in shards}
+    for k in range(n):
+        st = dict(hs[0]["steps"][k])
+        st["ranks"] = [{"rank": r, "losses": hs[r]["steps"][k]["losses"], "masks": hs[r]["steps"][k]["masks"]}
+                       for r in range(world)]
+        steps.append(st)
+        s = st["step"]
+        mbs = sorted({int(name.split()[2]) for name in fr[0] if name.startswith(f"grad {s} ") and len(name.split()) == 4})
+        for m in mbs:
+            for i, shape in enumerate(shapes):
+                name = f"grad {s} {m} {i}"
+                out.append(assemble([fr[r][name] for r in range(world)], by_param.get(i, {"dim": None}), shape, name))
+        for what in ("grad", "param"):
+            for i, shape in enumerate(shapes):
+                name = f"{what} {s} {i}"
+                if name in fr[0]:
+                    out.append(assemble([fr[r][name] for r in range(world)], by_param.get(i, {"dim": None}), shape, name))
+        for r in range(world):
+            for m in mbs:
+                for i in range(len(shapes)):
+                    f = fr[r][f"grad {s} {m} {i}"]
+                    out.append(Frame(f"{f.name} @{r}", f.dtype, f.shape, f.data))
+            for name, f in fr[r].items():
+                if name.startswith(f"mask {s} "):
+                    out.append(Frame(f"{name} @{r}", f.dtype, f.shape, f.data))
+    base["steps"] = steps
+    return base, out
+
+
+def child_argv(world: int, device: str) -> Callable[[int], List[str]]:
+    """The command of rank r: this package again, as a rank of the group."""
+    def argv(r: int) -> List[str]:
+        return [sys.executable, "-m", "recap_drivers", "--sut", "torch", "--device", device, "--ranks", str(world),
+                "--rank", str(r)]
+    return argv
+
+
+__all__ = ["GroupSUT", "Group", "assemble", "child_argv", "child_init", "merge"]

@@ -1,0 +1,429 @@
+"""Tensor parallelism for the torch driver's rank groups (PROTOCOL.md, "Rank groups"): recap's
+layers split across the ranks of one torch.distributed group the way megatron-core splits them,
+written here with torch alone so that the torch driver runs multi-rank cases on the CPU (gloo).
+
+  linear     column-parallel (weight and bias rows split), output all-gathered
+  mlp        fc1 column-parallel, gelu on the rank's columns, fc2 row-parallel + all-reduce, + fc2's
+             (replicated) bias, dropout on the full hidden outside the region
+  swiglu     gate and up column-parallel, down row-parallel + all-reduce
+  attention  qkv column-parallel by heads (rank r owns heads r*nh/N ..; its rows of q, k and v),
+             the core on the rank's heads, its attention dropout INSIDE the region, drawn from the
+             rank's own tensor-parallel generator; proj row-parallel + all-reduce, + bias
+  block      ln1, ln2 and drop1 replicated (drop1 outside the region), attention and mlp as above
+  layernorm, rmsnorm, gelu, dropout: replicated; a dropout layer draws outside any region
+
+The communication mirrors megatron-core's tensor_parallel/mappings.py: _CopyToModelParallelRegion
+(identity forward, all-reduce backward) in front of a column-parallel layer, _ReduceFromModelParallel
+Region (all-reduce forward, identity backward) after a row-parallel one, _GatherFromModelParallel
+Region (all-gather forward, own slice backward) for a column-parallel layer whose output is gathered.
+
+Generators mirror megatron-core's tensor_parallel/random.py: model_parallel_cuda_manual_seed(seed)
+seeds the default generator with `seed` on every rank (the data-parallel state: dropouts outside
+tensor-parallel regions draw equal masks on every rank) and adds the tracker state
+'model-parallel-rng' seeded `seed + 2718 + tp_rank` (dropouts inside regions differ across ranks);
+CudaRNGStatesTracker.fork swaps that state into the default generator around a draw and stores its
+advance. Here the default generator is the device's (the CPU's on gloo), so one code path serves
+both. A checkpoint saves the tracker's states at its forward and recomputes with them, as
+random.py's CheckpointFunction does (forward: `ctx.rng_states = _get_all_rng_states()`; backward:
+`_set_all_rng_states(*ctx.rng_states)` inside `_fork_rng()`); torch.utils.checkpoint itself
+restores only the default generator, so without this every recompute inside a region would draw
+from an advanced tracker state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ... import case as case_mod
+from ...core import layers as L
+from ...core import rank_faults
+from ...core.records import RunData
+from .runner import TorchRunner
+from .sut import TorchSUT
+
+# megatron-core tensor_parallel/random.py: "2718 is just for fun and any POSITIVE value will work"
+TP_SEED_OFFSET = 2718
+TP_RNG = "model-parallel-rng"
+
+Ranges = List[Tuple[int, int]]
+
+
+class RngTracker:
+    """megatron-core's CudaRNGStatesTracker (tensor_parallel/random.py) on the device's default
+    generator: named states, fork() swaps one in around the draws of a region."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        if device.type == "cuda":
+            idx = device.index if device.index is not None else torch.cuda.current_device()
+            self.gen = torch.cuda.default_generators[idx]
+        else:
+            self.gen = torch.default_generator
+        self.states: Dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, seed: int) -> None:
+        g = torch.Generator(device=self.device)
+        g.manual_seed(seed)
+        self.states[name] = g.get_state()
+
+    def get_states(self) -> Dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self.states.items()}
+
+    def set_states(self, states: Dict[str, torch.Tensor]) -> None:
+        self.states = {k: v.clone() for k, v in states.items()}
+
+    @contextlib.contextmanager
+    def fork(self, name: str = TP_RNG) -> Iterator[None]:
+        orig = self.gen.get_state()
+        self.gen.set_state(self.states[name])
+        try:
+            yield
+        finally:
+            self.states[name] = self.gen.get_state()
+            self.gen.set_state(orig)
+
+
+class Ctx:
+    """One rank's view of the tensor-parallel group."""
+
+    def __init__(self, rank: int, world: int, device: torch.device, tracker: RngTracker) -> None:
+        self.rank, self.world, self.device, self.tracker = rank, world, device, tracker
+
+    def even(self, n: int, offset: int = 0) -> Ranges:
+        k = n // self.world
+        return [(offset + self.rank * k, offset + (self.rank + 1) * k)]
+
+    def even_of(self, n: int, rank: int, offset: int = 0) -> Ranges:
+        k = n // self.world
+        return [(offset + rank * k, offset + (rank + 1) * k)]
+
+
+# -- the regions' communication (megatron-core tensor_parallel/mappings.py) --
+
+class _CopyToRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        if rank_faults.FAULT == "tp-grad-not-reduced":  # planted: the input gradient stays partial
+            return g
+        g = g.contiguous().clone()
+        dist.all_reduce(g)
+        return g
+
+
+class _ReduceFromRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = x.contiguous().clone()
+        dist.all_reduce(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g
+
+
+class _GatherFromRegion(torch.autograd.Function):
+    """All-gather along the last dimension; the backward keeps the rank's own slice."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous())
+        ctx.rank, ctx.width = rank, x.shape[-1]
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g.narrow(-1, ctx.rank * ctx.width, ctx.width).contiguous()
+
+
+def _gather_ranges(full: torch.Tensor, dim: int, ranges: Ranges) -> torch.Tensor:
+    return torch.cat([full.narrow(dim, a, b - a) for a, b in ranges], dim=dim)
+
+
+class Sharded:
+    """A module whose parameters are shards: `shard_spec[name] = (dim, ranges of every rank)`."""
+
+    shard_spec: Dict[str, Tuple[int, List[Ranges]]]
+
+
+class ColumnLinear(L.WeightBias, Sharded):
+    """Weight rows (and bias) split; input copied into the region; output local or all-gathered."""
+
+    def __init__(self, path: str, top: int, n_in: int, ranges_of: Callable[[int], Ranges], world: int, rank: int,
+                 bias: bool, gather: bool, dt: torch.dtype, dev: torch.device) -> None:
+        super().__init__(path, top)
+        mine = ranges_of(rank)
+        rows = sum(b - a for a, b in mine)
+        self.weight = nn.Parameter(torch.zeros(rows, n_in, dtype=dt, device=dev))
+        self.bias = nn.Parameter(torch.zeros(rows, dtype=dt, device=dev)) if bias else None
+        self.gather = gather
+        every = [ranges_of(r) for r in range(world)]
+        self.shard_spec = {path + ".weight": (0, every)}
+        if bias:
+            self.shard_spec[path + ".bias"] = (0, every)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(_CopyToRegion.apply(x), self.weight, self.bias)
+        return _GatherFromRegion.apply(y) if self.gather else y
+
+
+class RowLinear(L.WeightBias, Sharded):
+    """Weight columns split; the rank's input columns in, partial sums all-reduced, + the
+    replicated bias (megatron-core's RowParallelLinear adds it after the reduction)."""
+
+    def __init__(self, path: str, top: int, n_out: int, ranges_of: Callable[[int], Ranges], world: int, rank: int,
+                 bias: bool, dt: torch.dtype, dev: torch.device) -> None:
+        super().__init__(path, top)
+        cols = sum(b - a for a, b in ranges_of(rank))
+        self.weight = nn.Parameter(torch.zeros(n_out, cols, dtype=dt, device=dev))
+        self.bias = nn.Parameter(torch.zeros(n_out, dtype=dt, device=dev)) if bias else None
+        self.shard_spec = {path + ".weight": (1, [ranges_of(r) for r in range(world)])}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = _ReduceFromRegion.apply(F.linear(x, self.weight))
+        return y + self.bias if self.bias is not None else y
+
+
+class TPSwiGlu(L.RecapModule):
+    def __init__(self, path: str, top: int, h: int, ffn: int, ctx: Ctx, dt: torch.dtype, dev: torch.device) -> None:
+        super().__init__(path, top)
+        W, r = ctx.world, ctx.rank
+        self.gate = ColumnLinear(path + ".gate", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, False, dt, dev)
+        self.up = ColumnLinear(path + ".up", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, False, dt, dev)
+        self.down = RowLinear(path + ".down", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, dt, dev)
+
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
+        return self.gate.recap_params() + self.up.recap_params() + self.down.recap_params()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def _attention(path: str, top: int, h: int, heads: int, p: float, ctx: Ctx, dt: torch.dtype, dev: torch.device,
+               w: L.WrapFn, tp_sites: List[str]) -> L.Chain:
+    W, r = ctx.world, ctx.rank
+    hl = h // W
+
+    def qkv_rows(k: int) -> Ranges:  # the rank's heads' rows of q, k and v (recap's [q | k | v] layout)
+        return [(j * h + k * hl, j * h + (k + 1) * hl) for j in range(3)]
+
+    qkv = ColumnLinear(path + ".qkv", top, h, qkv_rows, W, r, True, False, dt, dev)
+    core = L.AttentionCore(path + ".core", top, hl, heads // W, p)
+    core.rng_context = lambda: ctx.tracker.fork(TP_RNG)  # type: ignore[assignment]  # inside the region: the rank's own generator
+    if p > 0.0:
+        tp_sites.append(path + ".core")
+    proj = RowLinear(path + ".proj", top, h, lambda k: ctx.even_of(h, k), W, r, True, dt, dev)
+    return L.Chain(path, top, [qkv, w(core, "attn_core"), proj])
+
+
+def _mlp(path: str, top: int, h: int, ffn: int, p: float, ctx: Ctx, dt: torch.dtype, dev: torch.device) -> L.Chain:
+    W, r = ctx.world, ctx.rank
+    fc1 = ColumnLinear(path + ".fc1", top, h, lambda k: ctx.even_of(ffn, k), W, r, True, False, dt, dev)
+    fc2 = RowLinear(path + ".fc2", top, h, lambda k: ctx.even_of(ffn, k), W, r, True, dt, dev)
+    return L.Chain(path, top, [fc1, L.Gelu(path + ".gelu", top), fc2, L.Dropout(path + ".dropout", top, p)])
+
+
+def build_tp_layer(c: case_mod.Case, i: int, ctx: Ctx, w: L.WrapFn, tp_sites: List[str]) -> L.TopLevel:
+    l = c.layers[i]
+    dt, dev, h = L.TORCH_DTYPES[c.dtype], ctx.device, c.hidden
+    name = f"{l.kind}{i}"
+    k = l.kind
+    m: nn.Module
+    if k == "linear":
+        m = ColumnLinear(name, i, h, lambda r: ctx.even_of(h, r), ctx.world, ctx.rank, True, True, dt, dev)
+    elif k == "swiglu":
+        m = TPSwiGlu(name, i, h, c.ffn(l), ctx, dt, dev)
+    elif k == "attention":
+        m = _attention(name, i, h, l.heads, l.dropout, ctx, dt, dev, w, tp_sites)
+    elif k == "mlp":
+        m = _mlp(name, i, h, c.ffn(l), l.dropout, ctx, dt, dev)
+    elif k == "block":
+        ln1 = w(L.Norm(name + ".ln1", i, h, False, dt, dev), "norm")
+        attn = _attention(name + ".attn", i, h, l.heads, l.dropout, ctx, dt, dev, w, tp_sites)
+        drop1 = L.Dropout(name + ".drop1", i, l.dropout)
+        ln2 = w(L.Norm(name + ".ln2", i, h, False, dt, dev), "norm")
+        mlp = w(_mlp(name + ".mlp", i, h, c.ffn(l), l.dropout, ctx, dt, dev), "mlp")
+        m = L.Block(name, i, ln1, attn, drop1, ln2, mlp)
+    else:  # layernorm, rmsnorm, gelu, dropout: replicated, as one rank builds them
+        return L.build_layer(c, i, dev, w)
+    return L.TopLevel(w(m, "block"), name, i)
+
+
+class TPCheckpoint(L.Checkpoint):
+    """torch.utils.checkpoint around a module, recomputing with the tracker's states of its forward
+    (megatron-core random.py CheckpointFunction); the default generator is torch's to restore."""
+
+    def __init__(self, inner: nn.Module, use_reentrant: bool, tracker: RngTracker) -> None:
+        super().__init__(inner, use_reentrant)
+        self.tracker = tracker
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        saved = self.tracker.get_states()
+        calls = [0]
+        stale = rank_faults.FAULT == "tp-recompute-stale"
+
+        def run(y: torch.Tensor) -> torch.Tensor:
+            calls[0] += 1
+            if calls[0] == 1 or stale:  # the forward (or, planted, a recompute from the current state)
+                return self.inner(y)
+            now = self.tracker.get_states()  # the backward's states, restored after (random.py _fork_rng)
+            self.tracker.set_states(saved)
+            try:
+                return self.inner(y)
+            finally:
+                self.tracker.set_states(now)
+
+        return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=self.use_reentrant, preserve_rng_state=True)
+
+
+class TPModel(L.RecapParamList):
+    """recap's stack split over the tensor-parallel group; `named` holds this rank's shards under
+    recap's names, `shards` how each parameter is split (None: replicated)."""
+
+    def __init__(self, c: case_mod.Case, ctx: Ctx) -> None:
+        super().__init__()
+        self.case = c
+        use_reentrant = c.checkpoint_style == "reentrant"
+        self.tp_sites: List[str] = []
+        self.layers = nn.ModuleList([
+            build_tp_layer(c, i, ctx, L.make_wrap(c, i, lambda m: TPCheckpoint(m, use_reentrant, ctx.tracker)),
+                           self.tp_sites)
+            for i in range(len(c.layers))])
+        self.named = []
+        for l in self.layers:
+            self.named += L.recap_params_of(l)
+        self.check_names(c)
+        spec: Dict[str, Tuple[int, List[Ranges]]] = {}
+        for m in self.modules():
+            if isinstance(m, Sharded):
+                spec.update(m.shard_spec)
+        self.spec = spec
+
+    def layer_params(self, i: int) -> List[nn.Parameter]:
+        return [p for _, p in L.recap_params_of(self.layers[i])]
+
+    def load(self, values: Dict[str, torch.Tensor]) -> None:
+        """This rank's shard of every parameter, cut from the full values recap sent."""
+        me = dist.get_rank()
+        with torch.no_grad():
+            for n, p in self.named:
+                v = values[n]
+                if n in self.spec:
+                    dim, every = self.spec[n]
+                    v = _gather_ranges(v, dim, every[me])
+                p.copy_(v.to(p.dtype))
+
+    def shard_table(self) -> List[Dict[str, Any]]:
+        """Per parameter (recap's index): the split dimension and every rank's ranges, or dim None."""
+        out: List[Dict[str, Any]] = []
+        for i, (n, _) in enumerate(self.named):
+            if n in self.spec:
+                dim, every = self.spec[n]
+                out.append({"param": i, "dim": dim, "ranges": [[[a, b] for a, b in rr] for rr in every]})
+            else:
+                out.append({"param": i, "dim": None, "ranges": []})
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for l in self.layers:
+            x = l(x)
+        return x
+
+
+def tp_problem(c: case_mod.Case, world: int) -> str:
+    """"" when every layer splits evenly over `world` ranks, else one line naming the layer."""
+    for i, l in enumerate(c.layers):
+        name = f"{l.kind}{i}"
+        if l.kind in ("attention", "block") and l.heads % world:
+            return f"tp {world}: {name} has {l.heads} heads, not a multiple of {world}"
+        if l.kind in ("mlp", "swiglu", "block") and c.ffn(l) % world:
+            return f"tp {world}: {name}'s ffn width {c.ffn(l)} is not a multiple of {world}"
+        if l.kind == "linear" and c.hidden % world:
+            return f"tp {world}: {name}'s hidden {c.hidden} is not a multiple of {world}"
+    return ""
+
+
+class TPRunner(TorchRunner):
+    """One rank's execution of a case: the tensor-parallel model, the generators seeded as
+    megatron-core's model_parallel_cuda_manual_seed seeds them."""
+
+    def make_model(self) -> Any:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        c = self.case
+        # Runner.__init__ has just run torch.manual_seed(seed_rng): the default (data-parallel)
+        # state, equal on every rank
+        if rank_faults.FAULT == "dp-seed-per-rank":  # planted: outside-region masks differ by rank
+            torch.manual_seed(c.seed_rng + rank)
+        tracker = RngTracker(self.dev)
+        tp_rank = 0 if (rank_faults.FAULT == "tp-seed-shared" and rank == 1) else rank  # planted: rank 1 as rank 0
+        tracker.add(TP_RNG, c.seed_rng + TP_SEED_OFFSET + tp_rank)
+        self.tracker = tracker
+        model = TPModel(c, Ctx(rank, world, self.dev, tracker))
+        if rank_faults.FAULT == "kill-rank" and rank == world - 1:
+            first = model.layers[0]
+            orig = first.forward
+
+            def killed(x: torch.Tensor) -> torch.Tensor:
+                y = orig(x)
+                print(f"recap worker: {rank_faults.ENV} kill-rank: rank {rank} SIGKILLs itself", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+                return y
+
+            first.forward = killed
+        return model
+
+
+def rank_extras(model: Optional[TPModel]) -> Dict[str, Any]:
+    """What a rank's observation adds for the leader (core/ranks.py merges it into `ranks`)."""
+    if model is None:
+        return {}
+    return {"rank_shards": model.shard_table(), "rank_tp_sites": list(model.tp_sites)}
+
+
+
+
+class TorchRankSUT(TorchSUT):
+    """One rank's torch SUT in a rank group: eager cases, split tensor-parallel over the group."""
+
+    def __init__(self, device: str, rank: int, world: int) -> None:
+        super().__init__(device)
+        self.rank, self.world = rank, world
+        self.extras: Dict[str, Any] = {}
+
+    def capabilities(self) -> Dict[str, Any]:
+        caps = super().capabilities()
+        caps["executor"] = ["eager"]
+        caps["tp"] = [self.world]
+        return caps
+
+    def why_skipped(self, c: case_mod.Case) -> str:
+        if c.executor != "eager":
+            return (f"executor {c.executor}: a rank group runs eagerly only (graphs across ranks are not built "
+                    "by this driver yet)")
+        return super().why_skipped(c) or tp_problem(c, self.world)
+
+    def make_runner(self, c: case_mod.Case, data: RunData) -> TPRunner:
+        r = TPRunner(self, c, data)
+        self.extras = rank_extras(r.model)
+        return r
+
+    def serve_run(self, request: Dict[str, Any], frames: List[Any]) -> Tuple[Dict[str, Any], List[Any]]:
+        self.extras = {}
+        h, out = super().serve_run(request, frames)
+        h.update(self.extras)  # the leader (core/ranks.merge) moves them into the reply's `ranks`
+        return h, out

@@ -1,0 +1,240 @@
+"""Rank groups (PROTOCOL.md, "Rank groups"): `--ranks 2` on the CPU with gloo, its gathered
+observation, the cross-rank oracles (core/ranks_check.py) on clean runs and on each planted rank
+fault, and a rank lost in the middle of a request. Skips without torch or gloo."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import unittest
+from typing import Any, Dict, List, Optional, Tuple
+
+from tests.helpers import DRIVERS, HAVE_TORCH, Worker, make_case, random_frames
+
+try:
+    import torch.distributed as dist
+
+    HAVE_GLOO = HAVE_TORCH and dist.is_available() and dist.is_gloo_available()
+except Exception:  # pragma: no cover
+    HAVE_GLOO = False
+
+if HAVE_TORCH:
+    from recap_drivers.core import ranks_check as rc
+
+# A: draws inside a tensor-parallel region (attention dropout) and outside it (mlp dropout), both
+# checkpointed: the mask oracles judge it; the gradient oracle is skipped (per-rank draws).
+CASE_A = make_case("tp-masks", [{"kind": "attention", "heads": 2, "dropout": 0.2, "checkpoint": "full"},
+                                {"kind": "mlp", "dropout": 0.1, "checkpoint": "full"}])
+# B: every split kind, draws outside regions only: the gradients compare with a one-rank run.
+CASE_B = make_case("tp-grads", [{"kind": "linear"}, {"kind": "mlp", "dropout": 0.1, "checkpoint": "full"},
+                                {"kind": "swiglu"}, {"kind": "attention", "heads": 2},
+                                {"kind": "block", "heads": 2, "checkpoint": "selective", "checkpoint_modules": ["mlp"]},
+                                {"kind": "dropout", "dropout": 0.2}])
+WAIT_S = 300  # a bound on a reply that never comes (generous: the test asserts the reply, not a time)
+
+Reply = Tuple[Dict[str, Any], Dict[str, Any]]
+
+
+def run(w: Worker, case: Dict[str, Any], rid: int = 1, **opts: Any) -> Reply:
+    return w.request(dict({"op": "run", "id": rid, "case": case}, **opts), random_frames(case))
+
+
+def verdicts(h: Dict[str, Any], f: Dict[str, Any], case: Dict[str, Any], one: Optional[Reply] = None) -> Dict[str, str]:
+    return {v["check"]: v["verdict"] for v in rc.check_all(h, f, case, one)}
+
+
+def recv_bounded(w: Worker) -> Reply:
+    """The next reply, or a failure after WAIT_S seconds without one (never a hang)."""
+    ready, _, _ = select.select([w.p.stdout], [], [], WAIT_S)
+    if not ready:
+        w.p.kill()
+        raise AssertionError(f"no reply within {WAIT_S} s")
+    return w.recv()
+
+
+def children_of(pid: int) -> List[int]:
+    out: List[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out += [int(x) for x in fh.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class RankGroupTest(unittest.TestCase):
+    group: Worker
+    one: Worker
+    hello: Dict[str, Any]
+    a: Reply
+    b: Reply
+    one_a: Reply
+    one_b: Reply
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.group = Worker("--ranks", "2")
+        cls.one = Worker()
+        cls.hello, _ = cls.group.request({"op": "hello", "protocol": "recap.worker/1"})
+        cls.a = run(cls.group, CASE_A, mask_frames=True)
+        cls.b = run(cls.group, CASE_B, rid=2)
+        cls.one_a = run(cls.one, CASE_A)
+        cls.one_b = run(cls.one, CASE_B)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.group.close()
+        cls.one.close()
+
+    def test_hello_lists_the_ranks(self) -> None:
+        self.assertEqual(self.hello["ranks"], 2)
+        self.assertEqual(self.hello["capabilities"]["tp"], [2])
+        self.assertEqual(self.hello["capabilities"]["executor"], ["eager"])
+        self.assertNotIn("ops", self.hello)  # measure is not served by a group
+
+    def test_gathered_observation(self) -> None:
+        h, f = self.a
+        self.assertEqual(h["status"], "ok", h["reason"])
+        self.assertEqual(h["ranks"]["world"], 2)
+        self.assertEqual(h["ranks"]["tp_sites"], ["attention0.core"])
+        for s in h["steps"]:
+            self.assertEqual([r["rank"] for r in s["ranks"]], [0, 1])
+            self.assertEqual(s["masks"], s["ranks"][0]["masks"])  # the step's own masks are rank 0's
+            self.assertEqual(s["ranks"][0]["losses"], s["ranks"][1]["losses"])  # the output is all-reduced
+            attn = [m for m in s["ranks"][1]["masks"] if m["layer"] == "attention0.core"]
+            self.assertTrue(attn)
+            self.assertEqual(attn[0]["numel"], 1 * 4 * 4)  # one head of two on each rank
+        qkv = h["ranks"]["shards"][0]
+        self.assertEqual(qkv["dim"], 0)
+        self.assertEqual(qkv["ranges"][1], [[4, 8], [12, 16], [20, 24]])  # rank 1's heads in q, k and v
+        # full-shape frames (as a one-rank reply has them), and every rank's shard and mask frames
+        self.assertEqual(set(n for n in self.one_a[1]), set(n for n in f if "@" not in n))
+        for n, fr in self.one_a[1].items():
+            self.assertEqual(f[n].shape, fr.shape, n)
+        self.assertEqual(f["grad 0 0 0 @1"].shape, (12, 8))
+        self.assertTrue(any(n.startswith("mask 0 0 forward attention0.core") and n.endswith(" @1") for n in f))
+
+    def test_oracles_pass(self) -> None:
+        h, f = self.a
+        self.assertEqual(verdicts(h, f, CASE_A, self.one_a),
+                         {"recompute_equal": "passed", "tp_masks_differ": "passed", "outside_masks_equal": "passed",
+                          "grads_match_one_rank": "skipped"})
+        h, f = self.b
+        self.assertEqual(h["status"], "ok", h["reason"])
+        v = {x["check"]: x for x in rc.check_all(h, f, CASE_B, self.one_b)}
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "passed", v["grads_match_one_rank"]["reason"])
+        self.assertGreater(v["grads_match_one_rank"]["evidence"]["tensors"], 100)
+        self.assertGreater(v["grads_match_one_rank"]["evidence"]["replicated_compared"], 0)
+        self.assertEqual(v["tp_masks_differ"]["verdict"], "skipped")  # nothing drawn inside a region
+        self.assertEqual(v["outside_masks_equal"]["verdict"], "passed")
+        self.assertEqual(v["recompute_equal"]["verdict"], "passed")
+
+    def test_oracle_on_one_rank_run_skips(self) -> None:
+        h, f = self.one_a
+        v = verdicts(h, f, CASE_A)
+        self.assertEqual(v["tp_masks_differ"], "skipped")
+        self.assertEqual(v["outside_masks_equal"], "skipped")
+        self.assertEqual(v["recompute_equal"], "passed")
+
+    def test_bad_requests(self) -> None:
+        h, _ = run(self.group, CASE_A, rid=7, tp=3)
+        self.assertEqual(h["op"], "error")
+        self.assertIn("tp", h["message"])
+        odd = make_case("odd", [{"kind": "attention", "heads": 3}], hidden=6)
+        h, _ = run(self.group, odd, rid=8)
+        self.assertEqual(h["status"], "skipped")
+        self.assertIn("3 heads", h["reason"])
+        h, _ = run(self.group, dict(CASE_A, executor="per-layer"), rid=9)
+        self.assertEqual(h["status"], "skipped")
+        # the group still serves
+        h, _ = run(self.group, CASE_B, rid=10)
+        self.assertEqual(h["status"], "ok")
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class RankFaultTest(unittest.TestCase):
+    """Each planted rank fault is caught by its oracle (and only the fault changes the verdict)."""
+
+    def faulted(self, fault: str, case: Dict[str, Any]) -> Tuple[Dict[str, str], Dict[str, Any]]:
+        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": fault})
+        try:
+            h, f = run(w, case)
+        finally:
+            w.close()
+        self.assertEqual(h["status"], "ok", h.get("reason"))
+        one = None
+        if case is CASE_B:
+            o = Worker()
+            try:
+                one = run(o, case)
+            finally:
+                o.close()
+        return verdicts(h, f, case, one), h
+
+    def test_tp_seed_shared(self) -> None:
+        v, _ = self.faulted("tp-seed-shared", CASE_A)
+        self.assertEqual(v["tp_masks_differ"], "failed")
+        self.assertEqual(v["recompute_equal"], "passed")
+
+    def test_tp_recompute_stale(self) -> None:
+        v, _ = self.faulted("tp-recompute-stale", CASE_A)
+        self.assertEqual(v["recompute_equal"], "failed")
+
+    def test_dp_seed_per_rank(self) -> None:
+        v, _ = self.faulted("dp-seed-per-rank", CASE_A)
+        self.assertEqual(v["outside_masks_equal"], "failed")
+        self.assertEqual(v["tp_masks_differ"], "passed")
+
+    def test_tp_grad_not_reduced(self) -> None:
+        v, _ = self.faulted("tp-grad-not-reduced", CASE_B)
+        self.assertEqual(v["grads_match_one_rank"], "failed")
+        self.assertEqual(v["outside_masks_equal"], "passed")
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class LostRankTest(unittest.TestCase):
+    def check_lost(self, w: Worker, rid: int) -> None:
+        h, _ = recv_bounded(w)
+        self.assertEqual(h["op"], "error")
+        self.assertEqual(h["id"], rid)
+        self.assertIn("rank 1 died of signal 9 (SIGKILL)", h["message"])
+        self.assertNotIn("\n", h["message"])
+        self.assertEqual(w.close(), 3)
+
+    def test_rank_killed_mid_request(self) -> None:
+        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": "kill-rank"})
+        w.send({"op": "run", "id": 4, "case": CASE_A}, random_frames(CASE_A))
+        self.check_lost(w, 4)
+        self.assertIn("kill-rank", w.stderr_text)
+
+    @unittest.skipUnless(os.path.isdir("/proc/self/task"), "needs /proc")
+    def test_rank_killed_between_requests(self) -> None:
+        w = Worker("--ranks", "2")
+        h, _ = w.request({"op": "hello", "protocol": "recap.worker/1"})
+        kids = children_of(w.p.pid)
+        self.assertEqual(len(kids), 1, kids)
+        os.kill(kids[0], signal.SIGKILL)
+        w.send({"op": "run", "id": 6, "case": CASE_A}, random_frames(CASE_A))
+        self.check_lost(w, 6)
+
+
+class RankArgsTest(unittest.TestCase):
+    def test_bad_values_exit_2_with_one_line(self) -> None:
+        env = dict(os.environ, PYTHONPATH=DRIVERS)
+        for args, extra in ((["--ranks", "1"], {}), (["--ranks", "two"], {}), (["--rank", "1"], {}),
+                            (["--ranks", "2"], {"RECAP_RANK_FAULT": "nope"}),
+                            (["--ranks", "2"], {"RECAP_RANK_TIMEOUT_S": "-1"})):
+            p = subprocess.run([sys.executable, "-m", "recap_drivers", "--sut", "torch", *args], stdin=subprocess.DEVNULL,
+                               capture_output=True, env=dict(env, **extra), timeout=WAIT_S)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertEqual(p.stdout, b"")
+            self.assertEqual(len(p.stderr.decode().strip().splitlines()), 1, (args, p.stderr))
+
+
+if __name__ == "__main__":
+    unittest.main()
