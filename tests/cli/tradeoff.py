@@ -261,13 +261,18 @@ def run_fault() -> None:
     print(f"ok: {len(bad)} configurations failed with their finding")
 
 
-def run_torch_cpu() -> None:
+def need_torch() -> None:
+    """Skips (77) where the drivers' Python has no torch, fails under RECAP_REQUIRE_TORCH."""
     py = os.environ.get("RECAP_PYTHON", "python3")
     if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode != 0:
         if os.environ.get("RECAP_REQUIRE_TORCH"):
             fail(f"RECAP_REQUIRE_TORCH is set but {py} cannot import torch")
         print(f"no torch for {py}: skipped")
         sys.exit(77)
+
+
+def run_torch_cpu() -> None:
+    need_torch()
     sweep_path = os.path.join(DATA, "tradeoff-sweep-cpu.json")
     sweep = json.load(open(sweep_path))
     p = tradeoff("--sut", "torch", "--backend", "sim", "--sweep", sweep_path, "--report", "t.json", "--corpus-dir", "found")
@@ -304,12 +309,7 @@ def without_timings(x):
 
 
 def run_judge_jobs() -> None:
-    py = os.environ.get("RECAP_PYTHON", "python3")
-    if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode != 0:
-        if os.environ.get("RECAP_REQUIRE_TORCH"):
-            fail(f"RECAP_REQUIRE_TORCH is set but {py} cannot import torch")
-        print(f"no torch for {py}: skipped")
-        sys.exit(77)
+    need_torch()
     sweep_path = os.path.join(DATA, "tradeoff-sweep-judge-jobs.json")
     runs = {}
     for jobs in (1, 3):
