@@ -64,10 +64,7 @@ CaseSpec reference_of(const CaseSpec& s, const std::string& property, std::strin
   CaseSpec r = s;
   bool no_recompute = property == "recompute_on_off" || s.executor == ExecutorKind::Eager;
   if (no_recompute) {
-    for (auto& l : r.layers) {
-      l.checkpoint = CheckpointGranularity::None;
-      l.modules.clear();
-    }
+    r = without_checkpoints(s);
     *what = "the same case without checkpointing";
   } else {
     r.executor = ExecutorKind::Eager;

@@ -803,10 +803,8 @@ int tradeoff(const TradeoffArgs& a) {
   // SIGINT or SIGTERM (a `timeout`): no new configuration starts, the one running finishes, and
   // the report holds what ran, the rest "not run" (a compute-bound sweep is minutes per system).
   install_stop_handlers();
-  const double started = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  auto elapsed_s = [started] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - started;
-  };
+  const auto started = std::chrono::steady_clock::now();
+  auto elapsed_s = [started] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
   check_output_file("--report", a.report);
   check_output_dir("--corpus-dir", a.corpus_dir);
   Sweep sw;

@@ -210,13 +210,13 @@ struct DeviceOptions {
   // out again for requests of the same bytes, across the devices of one process, instead of
   // cudaFree and cudaMalloc, which wait for the whole device. Allocations and frees while a
   // capture is open on the device are CUDA's own. The ledger's figures are unchanged; the process
-  // holds up to 2 GiB more than the ledger says. Off unless RECAP_CUDA_BLOCK_CACHE=1: not yet
-  // shown to work on a GPU (docs/profile.md).
+  // holds up to 2 GiB more than the ledger says. Off unless RECAP_CUDA_BLOCK_CACHE=1: on the H200
+  // it removed the frees' waits but not the campaign's rate (docs/profile.md).
   bool block_cache = false;
 };
 
-// Whether campaign runs use DeviceOptions::block_cache: only with RECAP_CUDA_BLOCK_CACHE=1 (the
-// cache is not yet proven on a GPU; the sanitizer's runs keep it off in any case: initcheck and
+// Whether campaign runs use DeviceOptions::block_cache: only with RECAP_CUDA_BLOCK_CACHE=1 (it has
+// not yet paid on a GPU; the sanitizer's runs keep it off in any case: initcheck and
 // use-after-free need every block really freed).
 bool block_cache_wanted();
 

@@ -339,12 +339,8 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   if (config_.determinism_check) {
     // one check per case family: its executors share the eager form, and its checkpoints run
     // the same kernels again (a recompute is the forward's), so the no-checkpoint twin shares it
-    training::CaseSpec family = spec;
+    training::CaseSpec family = training::without_checkpoints(spec);
     family.executor = training::ExecutorKind::Eager;
-    for (auto& l : family.layers) {
-      l.checkpoint = training::CheckpointGranularity::None;
-      l.modules.clear();
-    }
     if (checked_eager_.insert(training::case_to_json(family).dump()).second) req.header["determinism_check"] = true;
   }
   if (config_.send_frames) req.frames = case_frames(spec);

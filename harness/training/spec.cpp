@@ -238,6 +238,14 @@ bool CaseSpec::any_checkpoint() const {
   return false;
 }
 
+CaseSpec without_checkpoints(CaseSpec s) {
+  for (auto& l : s.layers) {
+    l.checkpoint = CheckpointGranularity::None;
+    l.modules.clear();
+  }
+  return s;
+}
+
 std::string validate(const CaseSpec& s) {
   const auto& m = s.model;
   if (m.hidden < 1 || m.hidden > 4096) return range_error("hidden", 1, 4096, m.hidden);

@@ -129,6 +129,10 @@ struct CaseSpec {
   bool any_checkpoint() const;
 };
 
+// The same case with every layer's checkpointing off (its selective modules cleared): the
+// no-checkpoint twin the oracles compare with, and the case family a determinism check covers.
+CaseSpec without_checkpoints(CaseSpec s);
+
 // Returns "" or one line naming the field and the problem:
 //   "layers[2].kind: unknown layer kind 'conv'"
 //   "microbatch_order: 3 forwards but 2 backwards"

@@ -57,14 +57,6 @@ int checkpoint_count(const CaseSpec& s) {
 
 int64_t activations_peak_in_graphs(const RunResult& r) { return r.capture_memory.activations_peak(); }
 
-CaseSpec without_checkpoints(CaseSpec s) {
-  for (auto& f : s.layers) {
-    f.checkpoint = CheckpointGranularity::None;
-    f.modules.clear();
-  }
-  return s;
-}
-
 int64_t total(const std::map<std::string, int64_t>& m) {
   int64_t n = 0;
   for (const auto& [unit, bytes] : m) n += bytes;
@@ -193,7 +185,7 @@ CheckResult judge(Runs& runs) {
     } else {
       // The saving the model states for the case's policy (on every system: what recap's design
       // saves): what the twin holds less what the case holds. recap's runtime is held to it.
-      const CaseSpec bare = without_checkpoints(spec);
+      const CaseSpec bare = training::without_checkpoints(spec);
       runs.report().memory["predicted_saving_in_graphs"] =
           total(predicted_held_in_graphs(bare)) - total(predicted_held_in_graphs(spec));
       if (plain.result->held_in_graphs && r.held_in_graphs) {

@@ -13,7 +13,6 @@
 namespace recap::properties {
 
 using training::CaseSpec;
-using training::CheckpointGranularity;
 using training::RunResult;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -199,16 +198,6 @@ CheckResult compare_with_twin(const char* property, const Runs& runs, const Run&
                               " microbatches, " + std::to_string(equal) + " tensors bitwise equal to " + twin_name);
 }
 
-namespace {
-CaseSpec without_checkpoints(CaseSpec s) {
-  for (auto& f : s.layers) {
-    f.checkpoint = CheckpointGranularity::None;
-    f.modules.clear();
-  }
-  return s;
-}
-}  // namespace
-
 const Run& Runs::twin(std::optional<Run>& slot, const CaseSpec& spec, const std::string& name) {
   if (!slot) {
     slot = run_on_fresh_device(spec, opts_);
@@ -224,7 +213,7 @@ const Run& Runs::eager_twin() {
   return twin(eager_, e, "eager_twin");
 }
 
-const Run& Runs::no_checkpoint_twin() { return twin(plain_, without_checkpoints(spec_), "no_checkpoint_twin"); }
+const Run& Runs::no_checkpoint_twin() { return twin(plain_, training::without_checkpoints(spec_), "no_checkpoint_twin"); }
 
 const Run& Runs::graph_safe_twin() {
   CaseSpec g = spec_;
