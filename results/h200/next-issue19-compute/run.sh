@@ -3,7 +3,7 @@
 # root; .device and .whl carried). Arguments: the systems to run, in order, out of
 #   torch  mcore-gs (megatron@0.19.2 with the graph-safe recompute option)  mcore (megatron@0.19.2)
 #   mcore15 (megatron@0.15.3)  mcore15-launch (megatron@0.15.3, the launch-bound size)
-# Each gets an equal share of the call's CALL_S seconds (default 540), under `timeout -k 60`:
+# Each gets an equal share of what is left of the call's CALL_S seconds (default 540), under `timeout -k 60`:
 # recap tradeoff stops after the configuration it is on at SIGTERM and writes what ran (the rest
 # "not run"), and a compute-bound configuration takes up to about 20 s to measure.
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue19-compute/run.sh torch mcore-gs
@@ -17,8 +17,9 @@ C=benchmarks/tradeoff-sweep-h200-compute-bound-dropout0.json
 L=benchmarks/tradeoff-sweep-h200-launch-bound-dropout0.json
 GS=(--worker-env RECAP_MEGATRON_RECOMPUTE=graph-safe --worker-env RECAP_EXT_DIR=$RECAP_EXT_DIR)
 CALL_S=${CALL_S:-540}
-share=$(( (CALL_S - 20) / $# ))
+left_n=$#
 for n in "$@"; do
+  share=$(( (CALL_S - 20 - SECONDS) / left_n )); left_n=$(( left_n - 1 ))  # a fast system leaves its time to the next
   case $n in
     torch) args=(--sweep $C --sut torch --worker-env "PYTHONPATH=$PWD/drivers" --known-findings corpus/known-findings/torch-2.11.json) ;;
     mcore-gs) args=(--sweep $C --sut megatron@0.19.2 --worker-env "PYTHONPATH=/tmp/recap-site-0.19.2:$PWD/drivers" "${GS[@]}"
