@@ -41,6 +41,12 @@ class Measure(unittest.TestCase):
         self.assertEqual(set(h["memory"].values()), {None}, h["memory"])
         self.assertIn("CPU", h["note"])
         self.assertEqual(h["failure"], "")
+        # where the request's time went: its phases, within the whole request's time
+        prof = h["timings"]["profile"]
+        self.assertEqual(set(prof), {"data_ms", "model_build_ms", "run_ms", "cleanup_ms"})
+        self.assertTrue(all(v >= 0 for v in prof.values()), prof)
+        self.assertLessEqual(sum(prof.values()), h["timings"]["run_ms"])
+        self.assertGreaterEqual(prof["run_ms"], sum(h["step_ms"]))
 
     def test_the_worker_still_runs_cases_as_before(self):
         # a measured run leaves nothing behind: the run request's observation equals a fresh worker's

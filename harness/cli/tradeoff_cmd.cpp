@@ -715,6 +715,20 @@ void measure_plan(Outcome* o, sut::Sut& measurer, std::set<std::string>* clocks)
   }
 }
 
+// "; the request took X s: data a s, model_build b s, run c s, cleanup d s" from a worker's own
+// timings, else "": what a configuration's measurement costs beyond its timed steps.
+std::string request_breakdown(const Outcome& o) {
+  if (!o.measured || !o.measured->request_ms) return "";
+  std::string s = "; the request took " + fixed(*o.measured->request_ms / 1e3, "%.1f") + " s";
+  const char* sep = ": ";
+  for (const auto& [k, v] : o.measured->request_phases_ms) {
+    std::string name = k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0 ? k.substr(0, k.size() - 3) : k;
+    s += sep + name + " " + fixed(v / 1e3, "%.1f") + " s";
+    sep = ", ";
+  }
+  return s;
+}
+
 std::string verdict_of(const Outcome& o) {
   return o.plan.skip.empty() ? properties::disposition_name(o.judged.disposition) : "skipped";
 }
@@ -906,12 +920,12 @@ int tradeoff(const TradeoffArgs& a) {
         }
         measure_plan(&o, measurer, &clocks);
       }
-      std::fprintf(stderr, "tradeoff: [%d/%d] %s %s: %s%s%s (at %.0f s)\n", done, total, sw.sizes[si].name.c_str(),
+      std::fprintf(stderr, "tradeoff: [%d/%d] %s %s: %s%s%s (at %.0f s%s)\n", done, total, sw.sizes[si].name.c_str(),
                    p.cfg.name.c_str(), verdict_of(o).c_str(), judged_at(p).c_str(),
                    o.measured && !o.measured->step_ms.empty()
                        ? (" " + fixed(percentile(o.measured->step_ms, 0.5), "%.3f") + " ms").c_str()
                        : "",
-                   elapsed_s());
+                   elapsed_s(), request_breakdown(o).c_str());
     }
   }
   const int rc_if_stopped = exit_code_after_stop(0, &interrupted);
@@ -1038,6 +1052,11 @@ int tradeoff(const TradeoffArgs& a) {
         for (const auto& l : m.per_layer)
           c.per_layer.push_back({l.layer, l.forward_ms, l.backward_ms, l.activations_in_graphs, l.graph_pool});
         if (!m.note.empty()) extra["note"] = m.note;
+        if (m.request_ms) {  // the worker's own account of the request (timings aside, as every time)
+          Json r = {{"request_ms", *m.request_ms}};
+          for (const auto& [k, v] : m.request_phases_ms) r[k] = v;
+          extra["measure_timings"] = r;
+        }
         // against the same executor (and generator) without checkpoints
         if (o.plan.key.empty()) {
           if (auto b = baselines.find(o.plan.baseline); b != baselines.end() && b->second->measured) {

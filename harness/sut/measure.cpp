@@ -106,6 +106,13 @@ Measurement measurement_from_json(const Json& j) {
   }
   m.failure = string_at(j, "failure", w);
   m.note = string_at(j, "note", w);
+  if (j.contains("timings") && j["timings"].is_object()) {  // informative: never a reason to refuse the reply
+    const Json& t = j["timings"];
+    if (t.contains("run_ms") && t["run_ms"].is_number()) m.request_ms = t["run_ms"].get<double>();
+    if (t.contains("profile") && t["profile"].is_object())
+      for (const auto& [k, v] : t["profile"].items())
+        if (v.is_number()) m.request_phases_ms[k] = v.get<double>();
+  }
   return m;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -65,6 +66,10 @@ struct Measurement {
   std::vector<LayerMeasurement> per_layer;
   std::string failure;  // one line when the run failed
   std::string note;     // what was not measured and why ("memory: the worker runs on the CPU")
+  // Where the request's time went, as the worker timed it (timings.run_ms and timings.profile:
+  // data_ms, model_build_ms, run_ms, cleanup_ms); empty for recap's runtime in process.
+  std::optional<double> request_ms;
+  std::map<std::string, double> request_phases_ms;
 };
 Json measurement_to_json(const Measurement& m);
 // Throws ProtocolError naming the field that is wrong.

@@ -292,11 +292,16 @@ def run_torch_cpu() -> None:
         check(cfg["verdict"] == "passed", f"{n}: {cfg['verdict']} ({cfg.get('reason')})")
         check(all(v is None for v in cfg["memory"].values()), f"{n}: memory on the CPU must be null: {cfg['memory']}")
         check("CPU" in cfg.get("note", ""), f"{n}: the note says why memory is null")
+        # where the measure request's time went, as the worker timed it: its phases within it
+        t = cfg.get("measure_timings", {})
+        phases = {k: v for k, v in t.items() if k != "request_ms"}
+        check(set(phases) == {"data_ms", "model_build_ms", "run_ms", "cleanup_ms"}, f"{n}: measure_timings {t}")
+        check(sum(phases.values()) <= t["request_ms"], f"{n}: phases over the request's time: {t}")
     print(f"ok: {len(names)} configurations on torch (CPU)")
 
 
 TIMING = {"step_ms", "tflops", "matmul_share", "recompute_overhead", "capture_ms", "partial_step_ms", "forward_ms",
-          "backward_ms"}
+          "backward_ms", "measure_timings"}
 
 
 def without_timings(x):

@@ -311,22 +311,46 @@ class SUT:
             return replies.measurement_skipped(rid, reason, t0)
         run_case = self.measured_case(c)
         runner = None
+        # where a measurement's time goes (recap tradeoff prints it): the step times are a
+        # fraction of it at a large size, and the rest decides how many configurations a call holds
+        ms: Dict[str, float] = {}
+        reply: Optional[Dict[str, Any]] = None
+        t = time.perf_counter()
+
+        def lap(key: str) -> None:
+            nonlocal t
+            now = time.perf_counter()
+            ms[key] = (now - t) * 1e3
+            t = now
+
         try:
             try:
-                runner = self.make_runner(run_case, synthetic_run_data(run_case, self.device))
+                data = synthetic_run_data(run_case, self.device)
+                lap("data_ms")
+                runner = self.make_runner(run_case, data)
+                del data
+                lap("model_build_ms")
             except BuildFailure as e:
                 rec = build_failure_record(run_case, e)
-                return replies.measurement(rid, rec, None, c.replays, self.device, t0)
+                reply = replies.measurement(rid, rec, None, c.replays, self.device, t0)
+                return reply
             except SkipCase as e:
-                return replies.measurement_skipped(rid, str(e), t0)
+                reply = replies.measurement_skipped(rid, str(e), t0)
+                return reply
             runner.measuring = True
             runner.obs.record = False
             rec = runner.run()
-            return replies.measurement(rid, rec, runner, c.replays, self.device, t0)
+            lap("run_ms")
+            reply = replies.measurement(rid, rec, runner, c.replays, self.device, t0)
+            return reply
         finally:
             del runner
             self.between_cases()
             self.after_case(c)
+            lap("cleanup_ms")
+            if reply is not None:  # the same dict the return hands on: stamped after the cleanup
+                reply["timings"]["profile"] = ms
+                reply["timings"]["run_ms"] = (time.perf_counter() - t0) * 1e3
 
     def matmul_bf16_tflops(self) -> Tuple[Optional[float], str]:
         """A bf16 GEMM of 8192 x 8192 x 8192 timed by CUDA events over 10 launches after 3: the
