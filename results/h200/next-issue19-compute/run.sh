@@ -6,7 +6,8 @@
 # Each gets an equal share of what is left of the call's CALL_S seconds (default 540), under `timeout -k 60`:
 # recap tradeoff stops after the configuration it is on at SIGTERM and writes what ran (the rest
 # "not run"), and a compute-bound configuration takes up to about 20 s to measure.
-#   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue19-compute/run.sh torch mcore-gs
+# A system named as name:seconds gets that share (its timeout plus the 60 s grace) instead:
+#   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue19-compute/run.sh mcore15-launch:150 mcore-gs
 set -u
 . scripts/gpu-out.sh
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 RECAP_EXT_DIR=/tmp/recap-ext
@@ -18,8 +19,10 @@ L=benchmarks/tradeoff-sweep-h200-launch-bound-dropout0.json
 GS=(--worker-env RECAP_MEGATRON_RECOMPUTE=graph-safe --worker-env RECAP_EXT_DIR=$RECAP_EXT_DIR)
 CALL_S=${CALL_S:-540}
 left_n=$#
-for n in "$@"; do
+for arg in "$@"; do
+  n=${arg%%:*}; cap=; [ "$n" != "$arg" ] && cap=${arg#*:}  # name:seconds gives a system a fixed share
   share=$(( (CALL_S - 20 - SECONDS) / left_n )); left_n=$(( left_n - 1 ))  # a fast system leaves its time to the next
+  [ -n "$cap" ] && share=$cap
   case $n in
     torch) args=(--sweep $C --sut torch --worker-env "PYTHONPATH=$PWD/drivers" --known-findings corpus/known-findings/torch-2.11.json) ;;
     mcore-gs) args=(--sweep $C --sut megatron@0.19.2 --worker-env "PYTHONPATH=/tmp/recap-site-0.19.2:$PWD/drivers" "${GS[@]}"
@@ -38,4 +41,4 @@ for n in "$@"; do
     > "$o/tradeoff-$n.log" 2>&1
   echo "tradeoff exit $? after ${SECONDS}s (limit ${t}s + 60 s)" >> "$o/tradeoff-$n.log"
 done
-for n in "$@"; do echo "== $n"; grep -E "^tradeoff: (\[|judging)|exit|interrupted|matmul" "$o/tradeoff-$n.log" | tail -n 30; done
+for arg in "$@"; do n=${arg%%:*}; echo "== $n"; grep -E "^tradeoff: (\[|judging)|exit|interrupted|matmul" "$o/tradeoff-$n.log" | tail -n 30; done
