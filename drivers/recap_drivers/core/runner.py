@@ -21,8 +21,8 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from .. import case as case_mod
+from . import download, worker_faults
 from . import layers as layers_mod
-from . import worker_faults
 from .cuda_errors import STICKY, cuda_api_name, cuda_error_name, host_out_of_memory, one_line, root_exception
 from .leaks import allocation_sites
 from .observe.graphs import pool_bytes, pool_figures
@@ -217,14 +217,18 @@ class Runner:
             return StepRecord(step, phase, [], [], (time.perf_counter() - t0) * 1e3, [], [], [], self.graphs.take_replays())
         self.sync()
         t_d2h = time.perf_counter() if self.prof is not None else 0.0
-        # recap stores a loss as fp32 (accumulated in double): report the double rounded to fp32
-        vals = [to_f32(float(l.item())) if l is not None else float("nan") for l in losses]
-        grads_mb = [[g.detach().float().cpu().clone() for g in row] for row in self.gbuf]
-        grads = grads_mb[self.last_backward] if self.last_backward >= 0 else []
         # in recap's layout, as the gradients are (megatron keeps qkv rows in its own order)
         layout = getattr(self.model, "recap_layout", None)
-        params = [(layout(i, p.detach()) if layout else p.detach()).float().cpu().clone()
-                  for i, p in enumerate(self.params)]
+        live = [l.detach().reshape(()) for l in losses if l is not None]
+        rows = [[g.detach().float() for g in row] for row in self.gbuf]
+        on_device = live + [g for row in rows for g in row] + \
+            [(layout(i, p.detach()) if layout else p.detach()).float() for i, p in enumerate(self.params)]
+        host = iter(download.to_host(on_device))  # one copy per dtype: one wait for the GPU, not hundreds
+        # recap stores a loss as fp32 (accumulated in double): report the double rounded to fp32
+        vals = [to_f32(float(next(host).item())) if l is not None else float("nan") for l in losses]
+        grads_mb = [[next(host) for _ in row] for row in rows]
+        grads = grads_mb[self.last_backward] if self.last_backward >= 0 else []
+        params = [next(host) for _ in self.params]
         if self.prof is not None:
             self.prof.add("d2h_ms", (time.perf_counter() - t_d2h) * 1e3)
         masks = self.obs.collect(graph_keys)
@@ -272,11 +276,11 @@ class Runner:
             self.sync()
             torch.cuda.reset_peak_memory_stats()
         losses = self.timed_step(self.replay_losses)
-        rec = self.finish(step, "replay", losses, t0, graph_keys=self.replay_graph_keys)
-        if self.cuda:
+        if self.cuda:  # the replay's peak, read before the step's results are downloaded
+            self.sync()
             m = self.record.memory
             m["replay_peak_bytes"] = max(m["replay_peak_bytes"], torch.cuda.max_memory_allocated() - self.run_base)
-        return rec
+        return self.finish(step, "replay", losses, t0, graph_keys=self.replay_graph_keys)
 
     # -- building graphs: the memory figures --
 

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .. import download
 from ..errors import RunawayBackward
 from .digest import fnv1a64, pack_bits_torch, tensor_bytes
 
@@ -352,15 +353,16 @@ class MaskObserver(TorchDispatchMode):
             # replays): the two never share a key, so its indices are its buffers'
             for k, v in self.graph_keys.items():
                 keys.setdefault(k, list(v))
+        order = [(key, i, ck) for key in sorted(keys, key=lambda k: (k[2], 0 if k[3] == "forward" else 1, k[0], k[1]))
+                 for i, ck in enumerate(keys[key])]
+        host = download.to_host([self.buffers[key + (i,)] for key, i, _ in order])  # one wait, not one per mask
         out = []
-        for key in sorted(keys, key=lambda k: (k[2], 0 if k[3] == "forward" else 1, k[0], k[1])):
-            for i, ck in enumerate(keys[key]):
-                buf = self.buffers[key + (i,)].to("cpu")
-                kept = tensor_bytes(buf)
-                digest = "%016x" % fnv1a64(pack_bits_torch(buf))
-                out.append({"layer": key[0], "op": key[1], "microbatch": key[2], "pass": key[3],
-                            "index": i, "checkpointed": bool(ck), "numel": int(buf.numel()),
-                            "digest": digest, "draws": 1, "_bytes": kept})
+        for (key, i, ck), buf in zip(order, host):
+            kept = tensor_bytes(buf)
+            digest = "%016x" % fnv1a64(pack_bits_torch(buf))
+            out.append({"layer": key[0], "op": key[1], "microbatch": key[2], "pass": key[3],
+                        "index": i, "checkpointed": bool(ck), "numel": int(buf.numel()),
+                        "digest": digest, "draws": 1, "_bytes": kept})
         return out
 
 

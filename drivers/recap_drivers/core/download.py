@@ -1,0 +1,32 @@
+"""Copies many device tensors to the host with one device-to-host copy per dtype.
+
+A step's observation is every microbatch's gradients, the parameters, the losses and the masks: a
+few hundred small tensors. Each `.cpu()` is a synchronizing copy, and with several worker processes
+time-slicing one GPU each synchronization waits for this process's turn on it, whatever its size.
+One flat buffer per dtype, copied once and split on the host, gives the same bytes with one wait.
+The CPU takes the same path (a copy more), so the CPU tests run what the GPU runs.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import torch
+
+
+def to_host(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """Host copies of `tensors` (same dtypes, shapes and values, each with storage of its own), in
+    order. The tensors may be on different devices; each dtype's are concatenated on the first's."""
+    out: List[torch.Tensor] = [torch.empty(0)] * len(tensors)
+    by_dtype: Dict[torch.dtype, List[int]] = {}
+    for i, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(i)
+    for idx in by_dtype.values():
+        dev = tensors[idx[0]].device
+        flat = torch.cat([tensors[i].detach().reshape(-1).to(dev) for i in idx]).cpu()
+        at = 0
+        for i in idx:
+            n = tensors[i].numel()
+            out[i] = flat[at:at + n].view(tensors[i].shape).clone()
+            at += n
+    return out
