@@ -3,6 +3,7 @@
 # per call, each ending within CALL_S seconds (default 540):
 #   scaling        recap's runtime, graph-safe, 20 s of cases at --jobs 1, 4, 8 and 16, block cache
 #                  off and on: how the rate scales with processes on one time-sliced GPU
+#   quick          recap's runtime with the block cache at --jobs 1, 4, 16 (20 s each), torch 45 s at 16 jobs
 #   campaign I/N   shard I of N (0-based) of the 2,000-case fixed-seed campaign (seed 1, graph-safe);
 #                  `recap merge` of the N shard reports gives the one-run report (cli.merge_shards_equal_one_run)
 #   differential I/N  shard I of N of the 520-case differential against sim (small tensors)
@@ -26,6 +27,15 @@ case ${1:-} in
         --jobs $j --chunk-cases 2 --time-budget 20 --shrink-limit 4 --corpus-dir "$o/c" --report "$o/j$j-cache$c.json" \
         > "$o/j$j-cache$c.log" 2>&1; echo "exit $?" >> "$o/j$j-cache$c.log"
     done; done ;;
+  quick)  # what a short call can tell: the block cache with Settle at 1, 4 and 16 jobs; torch after c989c1d
+    for j in ${QUICK_JOBS:-1 4 16}; do
+      RECAP_CUDA_BLOCK_CACHE=1 timeout -k 10 35 "$B" fuzz --backend cuda --policy graph-safe --profile --cases 3000 --seed 1 \
+        --jobs $j --chunk-cases 2 --time-budget 20 --shrink-limit 4 --corpus-dir "$o/c" --report "$o/j$j-cache1.json" \
+        > "$o/j$j-cache1.log" 2>&1; echo "exit $?" >> "$o/j$j-cache1.log"
+    done
+    timeout -k 20 $(( ${QUICK_TORCH_S:-45} + 30 )) "$B" fuzz --backend cuda --sut torch --profile --cases 30000 --seed 1 --jobs 16 --chunk-cases 10 \
+      --time-budget ${QUICK_TORCH_S:-45} --shrink-limit 4 --known-findings corpus/known-findings/torch-2.11.json --worker-env "PYTHONPATH=$PWD/drivers" \
+      --corpus-dir "$o/c-torch" --report "$o/torch.json" > "$o/torch.log" 2>&1; echo "exit $?" >> "$o/torch.log" ;;
   campaign)
     timeout -k 30 $(( $(left) - 30 )) "$B" fuzz --backend cuda --policy graph-safe --profile --cases 2000 --seed 1 --jobs 16 \
       --chunk-cases 5 --shard "$2" --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign-${2/\//-of-}.json" \
@@ -49,6 +59,6 @@ case ${1:-} in
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=60 SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh 3 > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | campaign I/N | differential I/N | rates | checks" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
