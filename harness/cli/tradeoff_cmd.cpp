@@ -726,6 +726,8 @@ std::string request_breakdown(const Outcome& o) {
     s += sep + name + " " + fixed(v / 1e3, "%.1f") + " s";
     sep = ", ";
   }
+  if (o.measured->worker_replaced == "retire") s += "; the worker then retired (memory still held), the next starts a new one";
+  else if (!o.measured->worker_replaced.empty()) s += "; the worker then exited (" + o.measured->worker_replaced + ")";
   return s;
 }
 
@@ -1055,6 +1057,7 @@ int tradeoff(const TradeoffArgs& a) {
         if (m.request_ms) {  // the worker's own account of the request (timings aside, as every time)
           Json r = {{"request_ms", *m.request_ms}};
           for (const auto& [k, v] : m.request_phases_ms) r[k] = v;
+          if (!m.worker_replaced.empty()) r["worker_replaced"] = m.worker_replaced;
           extra["measure_timings"] = r;
         }
         // against the same executor (and generator) without checkpoints

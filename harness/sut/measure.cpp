@@ -106,6 +106,8 @@ Measurement measurement_from_json(const Json& j) {
   }
   m.failure = string_at(j, "failure", w);
   m.note = string_at(j, "note", w);
+  for (const char* key : {"retire", "fatal"})  // measure_request has replaced the worker
+    if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>() && m.worker_replaced.empty()) m.worker_replaced = key;
   if (j.contains("timings") && j["timings"].is_object()) {  // informative: never a reason to refuse the reply
     const Json& t = j["timings"];
     if (t.contains("run_ms") && t["run_ms"].is_number()) m.request_ms = t["run_ms"].get<double>();

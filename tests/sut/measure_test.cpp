@@ -125,6 +125,25 @@ TEST(Measure, TheReplysJsonRoundTripsAndNullIsNotZero) {
   EXPECT_THROW(measurement_from_json(j), ProtocolError);
 }
 
+TEST(Measure, TheWorkersOwnTimingsAndItsRetirementAreRead) {
+  Json j = measurement_to_json(Measurement{});
+  Measurement plain = measurement_from_json(j);
+  EXPECT_FALSE(plain.request_ms);
+  EXPECT_TRUE(plain.request_phases_ms.empty());
+  EXPECT_EQ(plain.worker_replaced, "");
+  j["timings"] = {{"run_ms", 12.5}, {"profile", {{"data_ms", 2.0}, {"run_ms", 9.5}, {"odd", "x"}}}};
+  j["retire"] = true;
+  Measurement r = measurement_from_json(j);
+  EXPECT_EQ(r.request_ms, 12.5);
+  EXPECT_EQ(r.request_phases_ms, (std::map<std::string, double>{{"data_ms", 2.0}, {"run_ms", 9.5}}));  // not a number: left out
+  EXPECT_EQ(r.worker_replaced, "retire");
+  j["retire"] = false;
+  j["timings"] = "soon";  // informative only: never a reason to refuse a measurement
+  Measurement q = measurement_from_json(j);
+  EXPECT_EQ(q.worker_replaced, "");
+  EXPECT_FALSE(q.request_ms);
+}
+
 WorkerConfig fake(const std::string& hello_extra, const std::string& reply) {
   WorkerConfig c;
   c.name = "fake";
