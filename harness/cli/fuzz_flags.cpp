@@ -202,14 +202,15 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   // only when asked: the flags of a campaign without it stay as they were (recap merge compares them)
   if (o.fuzz.oracle.differential)
     c.flags["differential"] = *o.fuzz.oracle.differential == device::BackendChoice::Cuda ? "cuda" : "sim";
+  if (o.sut.ranks > 0) c.flags["ranks"] = o.sut.ranks;  // a rank group's campaign (issue 22)
   return c;
 }
 
-std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential) {
+std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential, bool ranks) {
   if (!selected.empty()) return selected;
   std::vector<std::string> all;
   for (const auto& p : properties::property_names())
-    if (differential || !properties::opt_in_property(p)) all.push_back(p);
+    if ((differential || !properties::opt_in_property(p)) && (ranks || !properties::ranks_property(p))) all.push_back(p);
   return all;
 }
 
