@@ -141,6 +141,9 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.oracle.properties = f.properties;
   o.fuzz.oracle.profile = f.profile;
   o.fuzz.oracle.differential = resolve_differential(f.differential, f.sut.sut, f.properties);
+  for (const auto& p : f.properties)  // judged only where a rank group runs: without one it would judge nothing
+    if (properties::ranks_property(p) && f.sut.ranks == 0)
+      throw UsageError("--property " + p + ": a cross-rank property needs a rank group (--sut torch --ranks N)");
   o.sut = f.sut;
   // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent
   // of worker processes only spawns and merges (each worker process makes its own system under
