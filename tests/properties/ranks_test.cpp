@@ -9,6 +9,7 @@
 
 #include "harness/sut/worker.h"
 #include "models/registry.h"
+#include "properties/diagnosis.h"
 #include "properties/generators.h"
 #include "properties/oracles.h"
 #include "properties/oracles/oracle.h"
@@ -331,6 +332,22 @@ TEST(Ranks, TpShrinksFirstTowardOneRank) {
     EXPECT_EQ(s.value().model.layers.size(), 1u);
   }
   EXPECT_EQ(checked, 5);
+}
+
+// A rank group's findings are named by what breaks across ranks (not in the bug catalogue but 17).
+TEST(Ranks, FindingsAreDiagnosed) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"tp_masks_differ", "- ranks draw equal masks inside tensor-parallel regions"},
+      {"rank_recompute_equal", "17 a rank's recompute draws other masks than its forward"},
+      {"outside_masks_equal", "- ranks draw different masks outside tensor-parallel regions"},
+      {"grads_match_one_rank", "- the group's gradients differ from one rank's"}};
+  for (const auto& [property, diagnosis] : cases) {
+    CaseReport r;
+    r.spec = group_case();
+    r.checks.push_back(bad(property, Disposition::Incorrect, "planted"));
+    const std::string d = diagnose(r);
+    EXPECT_NE(d.find(diagnosis + std::string(diagnosis).find(' ') + 1), std::string::npos) << property << ": " << d;
+  }
 }
 
 }  // namespace
