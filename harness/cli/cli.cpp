@@ -177,7 +177,8 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
     if (f.ranks > 0) {
       // The rank group beside the one-rank worker: the same driver with --ranks N (drivers/
       // PROTOCOL.md, "Rank groups"). Greeted now, as the worker is: its hello's tp is what the
-      // generators draw, and a group that cannot start is bad usage.
+      // generators draw, and a group that cannot start is bad usage. Not from another thread: a
+      // driver dies with the thread that started it (PR_SET_PDEATHSIG, core/worker.py).
       sut::WorkerConfig g = w;
       g.name = c.kind + " rank group";
       g.argv.push_back("--ranks");
