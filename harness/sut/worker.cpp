@@ -262,6 +262,10 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     if (!own || x.value("held_in_graphs", Json(nullptr)).is_null()) r.held_in_graphs = std::nullopt;
     else r.held_in_graphs = x["held_in_graphs"].get<std::map<std::string, int64_t>>();
     std::vector<std::vector<MaskDraw>> mask_draws;  // per step: another system's draws as it reported them
+    const bool group = h.contains("ranks") && h["ranks"].is_object();  // a rank group's reply
+    const int world = group ? h["ranks"].value("world", 1) : 1;
+    const std::vector<std::string> tp_sites = group ? h["ranks"].value("tp_sites", std::vector<std::string>{})
+                                                    : std::vector<std::string>{};
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
     const int act = static_cast<int>(device::MemCategory::Activations);
@@ -315,6 +319,23 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
               if (f->dtype != "u8" || f->bytes.size() != e.count)
                 throw ProtocolError("observation: frame '" + name + "' is not " + std::to_string(e.count) + " u8 values");
               e.mask.assign(f->bytes.begin(), f->bytes.end());
+            } else if (group) {
+              // A rank group sends every rank's own mask (`name @<r>`): outside the regions rank 0's
+              // (every rank's is equal: outside_masks_equal); inside, the full mask is the ranks'
+              // in rank order (rank r owns heads r*heads/N ..; a mask is [heads, T, T]), so the
+              // fp64 oracles apply what the group drew to the full model.
+              const bool inside = std::find(tp_sites.begin(), tp_sites.end(), e.site.layer) != tp_sites.end();
+              std::vector<uint8_t> full;
+              bool whole = true;
+              for (int r = 0; r < (inside ? world : 1) && whole; ++r) {
+                const Frame* f = m.frame(name + " @" + std::to_string(r));
+                whole = f && f->dtype == "u8" && (r > 0 || f->bytes.size() == e.count);
+                if (whole) full.insert(full.end(), f->bytes.begin(), f->bytes.end());
+              }
+              if (whole) {
+                e.count = full.size();
+                e.mask = std::move(full);
+              }
             }
           }
           s.ledger.push_back(e);

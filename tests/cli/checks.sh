@@ -752,6 +752,16 @@ sut_torch_ranks_faults)
     grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
     grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
   done
+  # The fp64 reference applies the group's masks (the ranks' own, assembled in rank order inside the
+  # regions) to the full model: it passes on the clean group, where draws inside regions leave
+  # grads_match_one_rank nothing to compare, and catches the unreduced gradient there.
+  expect clean.txt "reference         passed: step 0, microbatch 0: 8 gradients against fp64" "clean masks: reference"
+  "$recap" replay --sut torch --backend sim "$masks" --property reference,grads_match_one_rank \
+    --worker-env RECAP_RANK_FAULT=tp-grad-not-reduced > unreduced.txt 2> err.txt
+  rc=$?; cat unreduced.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "tp-grad-not-reduced on tp2-masks: exit $rc, expected 1"; }
+  expect unreduced.txt "reference         incorrect: step 0 vs the fp64 reference" "tp-grad-not-reduced: the reference"
+  expect unreduced.txt "grads_match_one_rank skipped" "tp-grad-not-reduced on tp2-masks: nothing for grads_match_one_rank"
   ;;
 sut_torch_ranks_fuzz_shrinks)
   # recap fuzz --sut torch --ranks 2 on the CPU, tp drawn from the group's hello and shrunk first,

@@ -350,5 +350,45 @@ TEST(Ranks, FindingsAreDiagnosed) {
   }
 }
 
+// A group sends every rank's own mask frames (`@<r>`): the ledger recap's fp64 oracles apply holds
+// rank 0's outside the regions and the ranks' masks in rank order inside them (the full mask).
+TEST(Ranks, MaskFramesOfTheRanksMakeTheFullMasks) {
+  sut::Message m = clean().message();
+  auto u8 = [](const std::string& name, char v, size_t n) {
+    sut::Frame f;
+    f.name = name;
+    f.dtype = "u8";
+    f.shape = {static_cast<int64_t>(n)};
+    f.bytes.assign(n, v);
+    return f;
+  };
+  m.frames.push_back(u8("mask 0 0 forward attention0.core core 0 @0", 1, 64));
+  m.frames.push_back(u8("mask 0 0 forward attention0.core core 0 @1", 0, 64));
+  m.frames.push_back(u8("mask 0 0 forward mlp1.dropout dropout 0 @0", 1, 64));
+  m.frames.push_back(u8("mask 0 0 forward mlp1.dropout dropout 0 @1", 1, 64));
+  const training::RunResult r = sut::run_result_of(m, group_case());
+  ASSERT_EQ(r.steps.size(), 1u);
+  int checked = 0;
+  for (const auto& e : r.steps[0].ledger) {
+    if (e.site.phase != runtime::Phase::Forward) continue;
+    ++checked;
+    if (e.site.layer == "attention0.core") {
+      ASSERT_EQ(e.mask.size(), 128u);  // both ranks' heads
+      EXPECT_EQ(e.count, 128u);
+      EXPECT_EQ(e.mask[0], 1);
+      EXPECT_EQ(e.mask[64], 0);
+    } else {
+      EXPECT_EQ(e.mask.size(), 64u);  // rank 0's
+      EXPECT_EQ(e.count, 64u);
+    }
+  }
+  EXPECT_EQ(checked, 2);
+  // a rank's frame missing: no bytes (the fp64 oracles then skip: masks not sent)
+  m.frames.erase(m.frames.end() - 3);
+  const training::RunResult partial = sut::run_result_of(m, group_case());
+  for (const auto& e : partial.steps[0].ledger)
+    if (e.site.layer == "attention0.core") EXPECT_TRUE(e.mask.empty());
+}
+
 }  // namespace
 }  // namespace recap::properties
