@@ -48,6 +48,19 @@ const std::vector<Rule>& rules() {
   static const std::vector<Rule> table = {
       {"-", "the process running the case died of a signal: a crash inside the system under test, not a wrong result",
        [](const Symptom& s) { return s.check.disposition == Disposition::Crashed && has(s.check.cuda_error, "SIG"); }},
+      // across the ranks of a rank group (issue 22; properties/oracles/ranks.cpp): not in the catalogue
+      {"-", "ranks draw equal masks inside tensor-parallel regions: the tensor-parallel RNG state is seeded alike on "
+            "every rank (megatron-core seeds it seed + 2718 + its tensor-parallel rank)",
+       [](const Symptom& s) { return s.is("tp_masks_differ", Disposition::Incorrect); }},
+      {"17", "a rank's recompute draws other masks than its forward: the checkpoint does not restore the "
+             "tensor-parallel tracker state saved at its forward (megatron-core's CheckpointFunction does)",
+       [](const Symptom& s) { return s.is("rank_recompute_equal", Disposition::Incorrect); }},
+      {"-", "ranks draw different masks outside tensor-parallel regions: the shared generator is seeded per rank (as "
+            "for data parallelism) where tensor-parallel ranks must draw alike",
+       [](const Symptom& s) { return s.is("outside_masks_equal", Disposition::Incorrect); }},
+      {"-", "the group's gradients differ from one rank's: a collective missing or wrong (an all-reduce of a "
+            "tensor-parallel region's backward) or shards assembled in the wrong place",
+       [](const Symptom& s) { return s.is("grads_match_one_rank", Disposition::Incorrect); }},
       {"1", "a reentrant checkpoint refuses the graph builder's torch.autograd.grad backward",
        [](const Symptom& s) {
          return s.is("capture_clean", Disposition::Failed) && has(s.check.reason, "checkpoint") &&

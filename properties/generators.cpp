@@ -8,6 +8,7 @@
 #include "models/registry.h"
 
 #include <algorithm>
+#include <tuple>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -144,6 +145,22 @@ void fit_to_sut(CaseSpec& s, const sut::Capabilities& caps) {
       }
 }
 
+// A case of tp N for a rank group: an executor the group runs (eager: it runs no graphs), and
+// heads a multiple of N where one divides hidden (megatron-core splits attention by heads). What
+// cannot be fitted (a hidden or ffn width that N does not divide) the group skips, naming the layer.
+void fit_to_group(CaseSpec& s, int tp, const sut::Capabilities& caps) {
+  s.tp = tp;
+  if (!caps.tp_executor.empty()) fit(s.executor, caps.tp_executor);
+  for (auto& l : s.model.layers) {
+    if (!models::find_layer_kind(l.kind)->uses_heads || l.heads % tp == 0) continue;
+    for (int h = tp; h <= 64; h += tp)
+      if (s.model.hidden % h == 0) {
+        l.heads = h;
+        break;
+      }
+  }
+}
+
 }  // namespace
 
 rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
@@ -203,7 +220,7 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
         rc::gen::set(&CaseDraw::rng_seed, uniform(1, 1000)));
   });
 
-  return rc::gen::map(draw, [=](const CaseDraw& d) {
+  auto build = [=](const CaseDraw& d, int tp) {
     CaseSpec s;
     s.name = "generated";
     s.model.hidden = d.hidden;
@@ -294,8 +311,18 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     }
     s.faults = config.faults;
     fit_to_sut(s, caps);
+    if (tp > 1) fit_to_group(s, tp, caps);
     return s;
-  });
+  };
+  // One rank only (every system without --ranks): no tp draw, so the draws and every fixed-seed
+  // case are what they were.
+  if (caps.tp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1); });
+  // A rank group: tp is drawn first, so that RapidCheck shrinks it first, toward 1 (a failure that
+  // still happens on one rank is no cross-rank bug), keeping N where only N fails.
+  std::vector<std::pair<int, int>> tps = {{1, 1}};
+  for (int n : caps.tp) tps.push_back({2, n});
+  return rc::gen::map(rc::gen::tuple(weighted<int>(tps), draw),
+                      [=](const std::tuple<int, CaseDraw>& t) { return build(std::get<1>(t), std::get<0>(t)); });
 }
 
 }  // namespace recap::properties

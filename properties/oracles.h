@@ -50,8 +50,16 @@ bool failing(Disposition d);
 //                     same disposition and failure, bitwise equal RNG ledgers, losses, gradients
 //                     and parameters within differential_tolerance
 const std::vector<std::string>& property_names();
+//   rank_recompute_equal  (only with a rank group, --ranks N: the four below) on every rank, every
+//                     recompute draw equals its forward draw (steps[].ranks)
+//   tp_masks_differ   draws inside tensor-parallel regions differ across ranks (beyond chance)
+//   outside_masks_equal  draws outside those regions are equal on every rank
+//   grads_match_one_rank  the group's full gradients and parameters equal a one-rank run's of the
+//                     same case (tp 1) within a relative L2 tolerance
 // Whether a property is judged only when asked for (differential: a second backend's run).
 bool opt_in_property(const std::string& name);
+// Whether a property is judged only where the system under test runs a rank group (sut::Sut::ranks).
+bool ranks_property(const std::string& name);
 // "" when every name is a property, else one line naming the first that is not.
 std::string unknown_property(const std::vector<std::string>& selected);
 

@@ -38,7 +38,7 @@ FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registere
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",
              "microbatch_order", "generator", "device_state", "warmup_backward", "shared_pool", "seeds", "lr",
-             "faults"}
+             "tp", "faults"}
 LAYER_KEYS = {"kind", "heads", "ffn_hidden", "dropout", "checkpoint", "checkpoint_modules", "graphed"}
 
 
@@ -93,6 +93,7 @@ class Case:
     seed_data: int = 2
     seed_rng: int = 3
     lr: float = _f32(0.05)
+    tp: int = 1  # tensor-parallel world size; a run request's "tp" is what a rank group reads (PROTOCOL.md 10)
     expected: Any = None
     faults: List[str] = field(default_factory=list)  # recap's runtime's fault points; frameworks have none
     raw: Dict[str, Any] = field(default_factory=dict)
@@ -295,6 +296,8 @@ def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
                 setattr(c, "seed_" + key, _u64(sd[key], "seeds." + key))
     if "lr" in j:
         c.lr = _f32(_num(j["lr"], "lr"))
+    if "tp" in j:
+        c.tp = _int(j["tp"], "tp")
     # recap's own fault points (docs/faults.md), read last as spec.cpp does: kept, so the driver can skip the case
     if "faults" in j:
         fs = j["faults"]
@@ -382,6 +385,8 @@ def validate(c: Case) -> str:
             return f"microbatch_order: {fwd} forwards for microbatches {c.microbatches}"
     if not math.isfinite(c.lr) or c.lr < 0.0 or c.lr > 10.0:
         return f"lr must be in [0, 10], got {c.lr:g}"
+    if c.tp < 1 or c.tp > 64:
+        return _range("tp", 1, 64, c.tp)
     return ""
 
 

@@ -147,7 +147,8 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
 reports::RunContext run_context(const char* command, const CampaignOptions& o, const std::string& device_name);
 // The properties a campaign checks: its --property selection, else all.
 // An opt-in property (differential) only when `differential` asks for it.
-std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential = false);
+std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential = false,
+                                            bool ranks = false);
 
 // Runs every reporter the flags ask for: the console summary, and --report / --junit when given.
 void report_outcome(const reports::Outcome& o, const std::string& report_path, const std::string& junit_path);

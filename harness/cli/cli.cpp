@@ -53,6 +53,11 @@ void add_sut_options(CLI::App& cmd, SutFlags* f) {
         return eq == std::string::npos || eq == 0 ? "'" + kv + "' is not KEY=VALUE (a variable of the worker's environment)"
                                                   : std::string();
       });
+  cmd.add_option("--ranks", f->ranks,
+                 "Also start a rank group of N ranks (2..64; --sut torch only, on gloo on the CPU): cases of tp N run "
+                 "there, tp 1 on the ordinary worker, and the cross-rank properties are judged (drivers/PROTOCOL.md, "
+                 "\"Rank groups\")")
+      ->check(CLI::Range(2, 64));
 }
 
 void add_case_timeout_option(CLI::App& cmd, double* seconds) {
@@ -120,6 +125,9 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
   if (std::string err = parse_sut(text, &c); !err.empty()) throw UsageError("--sut: " + err);
   SystemUnderTest s;
   s.kind = c.kind;
+  if (f.ranks > 0 && c.kind != "torch")
+    throw UsageError("--ranks: rank groups run on --sut torch only, not --sut " + text);
+  std::optional<sut::Capabilities> group_caps;  // --ranks: the group's
   if (c.kind == "recap") {
     if (f.case_timeout > 0)
       throw UsageError("--case-timeout: recap's runtime in this process cannot be stopped inside a case "
@@ -166,9 +174,38 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
       throw UsageError("--sut " + text + ": " + e.what());
     }
     s.sut = worker;
+    if (f.ranks > 0) {
+      // The rank group beside the one-rank worker: the same driver with --ranks N (drivers/
+      // PROTOCOL.md, "Rank groups"). Greeted now, as the worker is: its hello's tp is what the
+      // generators draw, and a group that cannot start is bad usage. Not from another thread: a
+      // driver dies with the thread that started it (PR_SET_PDEATHSIG, core/worker.py).
+      sut::WorkerConfig g = w;
+      g.name = c.kind + " rank group";
+      g.argv.push_back("--ranks");
+      g.argv.push_back(std::to_string(f.ranks));
+      g.ranks = f.ranks;
+      auto group = std::make_shared<sut::WorkerSut>(g);
+      sut::SutInfo gi;
+      try {
+        gi = group->hello();
+      } catch (const std::runtime_error& e) {
+        throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group: " + e.what());
+      }
+      sut::Capabilities gc;
+      if (std::string err = sut::capabilities_from_json(gi.capabilities, &gc); !err.empty())
+        throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello: " + err);
+      if (std::find(gc.tp.begin(), gc.tp.end(), f.ranks) == gc.tp.end())
+        throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello lists no tp " + std::to_string(f.ranks));
+      s.sut = std::make_shared<sut::RankedSut>(worker, group, f.ranks);
+      group_caps = gc;
+    }
   }
   if (std::string err = sut::capabilities_from_json(s.info.capabilities, &s.caps); !err.empty())
     throw UsageError("--sut " + text + ": its hello: " + err);
+  if (group_caps) {
+    s.caps.tp = group_caps->tp;
+    s.caps.tp_executor = group_caps->tp_executor;
+  }
   return s;
 }
 

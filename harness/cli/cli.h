@@ -38,8 +38,9 @@ struct SutFlags {
   double case_timeout = -1;               // --case-timeout; -1: the default (600 s for a worker)
   std::string worker_python;              // --worker-python; "" RECAP_PYTHON, else python3
   std::vector<std::string> worker_env;    // --worker-env KEY=VALUE, the worker's environment only
+  int ranks = 0;                          // --ranks N (2..64, --sut torch): a rank group of N beside the one-rank worker
 };
-// Adds --sut, --case-timeout, --worker-python and --worker-env.
+// Adds --sut, --case-timeout, --worker-python, --worker-env and --ranks.
 void add_sut_options(CLI::App& cmd, SutFlags* f);
 // Adds --case-timeout alone (recap run: the runtime in this process).
 void add_case_timeout_option(CLI::App& cmd, double* seconds);
@@ -69,7 +70,7 @@ struct SystemUnderTest {
   std::shared_ptr<sut::Sut> sut;  // null: recap's runtime in this process
   std::string kind;               // SutChoice::kind: what corpus files and reports name
   sut::SutInfo info;              // its hello (in process: recap's own, the same function)
-  sut::Capabilities caps;         // info.capabilities, read
+  sut::Capabilities caps;         // info.capabilities, read (with --ranks: caps.tp from the group's hello)
 };
 // Starts the system `text` names on `backend` (a concrete one: sim or cuda) and greets it (hello).
 // UsageError with one line when it cannot start or fails hello: "--sut megatron@0.15.3: the worker

@@ -44,7 +44,7 @@ int fuzz(const FuzzFlags& f) {
   out.title = "recap fuzz";
   out.context = run_context("fuzz", o, device);
   out.campaign = &r;
-  out.properties = checked_properties(f.properties, !f.differential.empty());
+  out.properties = checked_properties(f.properties, !f.differential.empty(), f.sut.ranks > 0);
   out.exit_code = rc;
   report_outcome(out, f.report, f.junit);
   return rc;

@@ -141,6 +141,9 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.fuzz.oracle.properties = f.properties;
   o.fuzz.oracle.profile = f.profile;
   o.fuzz.oracle.differential = resolve_differential(f.differential, f.sut.sut, f.properties);
+  for (const auto& p : f.properties)  // judged only where a rank group runs: without one it would judge nothing
+    if (properties::ranks_property(p) && f.sut.ranks == 0)
+      throw UsageError("--property " + p + ": a cross-rank property needs a rank group (--sut torch --ranks N)");
   o.sut = f.sut;
   // Started and greeted before any case: a system that cannot start is bad usage (exit 2). A parent
   // of worker processes only spawns and merges (each worker process makes its own system under
@@ -202,14 +205,15 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   // only when asked: the flags of a campaign without it stay as they were (recap merge compares them)
   if (o.fuzz.oracle.differential)
     c.flags["differential"] = *o.fuzz.oracle.differential == device::BackendChoice::Cuda ? "cuda" : "sim";
+  if (o.sut.ranks > 0) c.flags["ranks"] = o.sut.ranks;  // a rank group's campaign (issue 22)
   return c;
 }
 
-std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential) {
+std::vector<std::string> checked_properties(const std::vector<std::string>& selected, bool differential, bool ranks) {
   if (!selected.empty()) return selected;
   std::vector<std::string> all;
   for (const auto& p : properties::property_names())
-    if (differential || !properties::opt_in_property(p)) all.push_back(p);
+    if ((differential || !properties::opt_in_property(p)) && (ranks || !properties::ranks_property(p))) all.push_back(p);
   return all;
 }
 

@@ -75,7 +75,7 @@ int gate(GateArgs a) {
   out.context = ctx;
   out.campaign = &r;
   out.replays = &replays;
-  out.properties = checked_properties(f.properties, !f.differential.empty());
+  out.properties = checked_properties(f.properties, !f.differential.empty(), f.sut.ranks > 0);
   reports::ConsoleReporter().report(out);
 
   // 3. coverage

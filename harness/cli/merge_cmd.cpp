@@ -282,7 +282,8 @@ int merge(const MergeFlags& f) {
   out.title = "recap merge";
   out.context = merged_context(shards);
   out.campaign = &r;
-  out.properties = checked_properties(out.context.properties, out.context.flags.contains("differential"));
+  out.properties = checked_properties(out.context.properties, out.context.flags.contains("differential"),
+                                      out.context.flags.contains("ranks"));
   out.exit_code = unknown > 0 || !r.crashes.empty() ? kExitFailed : kExitOk;
   out.interrupted = partial;
   report_outcome(out, f.report, f.junit);

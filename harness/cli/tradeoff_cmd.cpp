@@ -853,6 +853,7 @@ int tradeoff(const TradeoffArgs& a) {
     throw UsageError("--known-findings " + a.known_findings + ": its findings are " + known.sut_name + "'s, this run's system is " +
                      choice.kind);
   const std::string backend = device::backend_name(open_device(a.backend)->backend());
+  if (a.sut.ranks > 0) throw UsageError("--ranks: recap tradeoff does not measure rank groups");
   SystemUnderTest system = make_sut(a.sut, a.sut.sut, backend);
   default_choices(choice.kind, system.caps, &sw);
   device::BackendChoice backend_choice = backend == "cuda" ? device::BackendChoice::Cuda : device::BackendChoice::Sim;

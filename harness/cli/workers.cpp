@@ -124,6 +124,10 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back("--worker-python");
       args.push_back(o.sut.worker_python);
     }
+    if (o.sut.ranks > 0) {
+      args.push_back("--ranks");
+      args.push_back(std::to_string(o.sut.ranks));
+    }
     for (const auto& kv : o.sut.worker_env) {
       args.push_back("--worker-env");
       args.push_back(kv);

@@ -143,6 +143,18 @@ std::string capabilities_from_json(const Json& j, Capabilities* out) {
   Capabilities c = every_value();
   try {
     read_dims(j, "capabilities", /*per_executor=*/false, &c.all);
+    if (j.contains("tp")) {  // a rank group's sizes (1, one rank, is every system's)
+      const Json& t = j["tp"];
+      if (!t.is_array()) throw Bad{"capabilities.tp: expected an array of integers, got " + type_of(t)};
+      for (const Json& x : t) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 64)
+          throw Bad{"capabilities.tp: expected integers in [1, 64], got " + x.dump().substr(0, 40)};
+        const int n = x.get<int>();
+        if (n > 1 && std::find(c.tp.begin(), c.tp.end(), n) == c.tp.end()) c.tp.push_back(n);
+      }
+      std::sort(c.tp.begin(), c.tp.end());
+      c.tp_executor = c.all.executor;
+    }
     auto restrict_executor = [&](ExecutorKind e, const Json& r, const std::string& where) {
       Dims d;
       read_dims(r, where, /*per_executor=*/true, &d);

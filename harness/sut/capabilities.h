@@ -40,6 +40,11 @@ struct Dims {
 struct Capabilities {
   Dims all;                                                 // every dimension filled
   std::map<training::ExecutorKind, Dims> per_executor;      // further restrictions, by executor
+  // Tensor-parallel world sizes above 1 that a rank group runs (a group's hello: "tp": [N];
+  // drivers/PROTOCOL.md, "Rank groups"), and the executors it runs them with (its hello's
+  // "executor"). Empty: one rank only, and the generators draw no tp (their draws unchanged).
+  std::vector<int> tp;
+  std::vector<training::ExecutorKind> tp_executor;
 };
 
 // Everything recap.case/1 defines (what `all` is for a hello that lists nothing).

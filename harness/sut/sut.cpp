@@ -324,6 +324,15 @@ std::string WorkerSut::stderr_tail() const {
 }
 
 SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
+  // A one-rank worker would run a tp case on one rank, and a group runs its own size only: neither
+  // is the case as specified (checked before a worker is started for it)
+  if (spec.tp > 1 && config_.ranks != spec.tp)
+    throw SkippedBySut("tp " + std::to_string(spec.tp) + ": " +
+                       (config_.ranks > 0 ? "this rank group runs tp " + std::to_string(config_.ranks)
+                                          : "this worker runs one rank (--ranks " + std::to_string(spec.tp) +
+                                                " starts a rank group)"));
+  if (spec.tp == 1 && config_.ranks > 0)
+    throw SkippedBySut("tp 1: a rank group of " + std::to_string(config_.ranks) + " runs tp " + std::to_string(config_.ranks) + " only");
   if (pid_ < 0) {
     profile::Scope startup(profile::kStartup);  // the worker's process, its imports, its hello
     try {
@@ -336,6 +345,7 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   Message req;
   const int64_t id = next_id_++;
   req.header = {{"op", "run"}, {"id", id}, {"case", training::case_to_json(spec)}};
+  if (spec.tp > 1) req.header["tp"] = spec.tp;  // a rank group's request (drivers/PROTOCOL.md, "Rank groups")
   if (config_.determinism_check) {
     // one check per case family: its executors share the eager form, and its checkpoints run
     // the same kernels again (a recompute is the forward's), so the no-checkpoint twin shares it

@@ -136,6 +136,8 @@ class Sut {
   // The device of the last run() when it threw after making one (a crashed case still names its
   // device); empty when unknown.
   virtual SutDevice last_device() const { return {}; }
+  // The size of the rank group it runs tp cases on (RankedSut); 0: one rank only.
+  virtual int ranks() const { return 0; }
 };
 
 struct WorkerConfig {
@@ -152,6 +154,10 @@ struct WorkerConfig {
   // its eager twin and its no-checkpoint twin (the same eager form, checkpoints aside, whose
   // recomputes run the forward's kernels again) are checked once, by the first request of them.
   bool determinism_check = false;
+  // A rank group of this many ranks (argv asks the driver for it: `--ranks N`): it runs the cases of
+  // tp N alone, each request carrying "tp": N (drivers/PROTOCOL.md, "Rank groups"). 0: one rank,
+  // which runs the cases of tp 1 alone.
+  int ranks = 0;
 };
 
 // recap's environment with `set` (KEY=VALUE each) replacing or adding variables: what a worker
@@ -200,6 +206,36 @@ class WorkerSut : public Sut {
   std::string last_signal_;  // "SIGSEGV" when a signal ended it, else ""
   bool timed_out_ = false;   // the last exchange's watchdog killed the worker (its SIGKILL is recap's)
   SutInfo info_;
+};
+
+// recap fuzz|replay --sut torch --ranks N: the ordinary one-rank worker and a rank group of N
+// ranks, each a WorkerSut (started when first needed, replaced when it dies). A case goes to the one
+// its tp names: tp 1 to the one-rank worker (and so does every one-rank twin an oracle asks for),
+// tp N to the group; any other tp is skipped by the worker it reaches.
+class RankedSut : public Sut {
+ public:
+  RankedSut(std::shared_ptr<WorkerSut> one, std::shared_ptr<WorkerSut> group, int world)
+      : one_(std::move(one)), group_(std::move(group)), world_(world) {}
+  int ranks() const override { return world_; }
+  std::string name() const override { return one_->name(); }
+  bool recap_runtime() const override { return false; }
+  SutRun run(const training::CaseSpec& spec, const RunRequest& ask) override {
+    WorkerSut& w = spec.tp > 1 ? *group_ : *one_;
+    last_ = &w;
+    return w.run(spec, ask);
+  }
+  Measurement measure(const training::CaseSpec& spec) override {
+    if (spec.tp > 1) throw SkippedBySut("a rank group serves no measure request (drivers/PROTOCOL.md, \"Rank groups\")");
+    last_ = one_.get();
+    return one_->measure(spec);
+  }
+  std::optional<double> matmul_bf16_tflops(std::string* why) override { return one_->matmul_bf16_tflops(why); }
+  SutDevice last_device() const override { return last_ ? last_->last_device() : SutDevice{}; }
+
+ private:
+  std::shared_ptr<WorkerSut> one_, group_;
+  int world_;
+  const WorkerSut* last_ = nullptr;
 };
 
 }  // namespace recap::sut

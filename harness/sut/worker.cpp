@@ -152,6 +152,62 @@ std::vector<float> frame_values(const Message& m, const std::string& name) {
   if (!f) throw ProtocolError("observation: missing frame '" + name + "'");
   return f32_values(*f);
 }
+// A rank group's "ranks", its steps' "ranks" rows and its replicated parameters' `@<r>` gradient
+// frames (drivers/PROTOCOL.md, "Rank groups"). `n`: the parameters.
+training::RankGroupRun rank_group_of(const Message& m, size_t n) {
+  const Json& h = m.header;
+  const Json& g = h["ranks"];
+  training::RankGroupRun rg;
+  rg.world = need(g, "world", "observation.ranks").get<int>();
+  rg.tp = g.value("tp", rg.world);
+  rg.backend = g.value("backend", std::string());
+  if (rg.world < 1 || rg.world > 64) throw ProtocolError("observation.ranks.world: " + std::to_string(rg.world) + " is not in [1, 64]");
+  rg.tp_sites = g.value("tp_sites", std::vector<std::string>{});
+  rg.shard_dim.assign(n, -1);
+  for (const Json& e : g.value("shards", Json::array())) {
+    const size_t i = need(e, "param", "observation.ranks.shards").get<size_t>();
+    if (i >= n) throw ProtocolError("observation.ranks.shards: parameter " + std::to_string(i) + " of " + std::to_string(n));
+    if (e.contains("dim") && !e["dim"].is_null()) rg.shard_dim[i] = e["dim"].get<int>();
+  }
+  rg.masks.resize(static_cast<size_t>(rg.world));
+  rg.replicated_grads.resize(static_cast<size_t>(rg.world));
+  for (const Json& sj : need(h, "steps", "observation")) {
+    const int step = need(sj, "step", "steps").get<int>();
+    const std::string st = std::to_string(step);
+    for (const Json& row : sj.value("ranks", Json::array())) {
+      const int rank = need(row, "rank", "steps.ranks").get<int>();
+      if (rank < 0 || rank >= rg.world) throw ProtocolError("steps.ranks: rank " + std::to_string(rank) + " of a group of " + std::to_string(rg.world));
+      auto& mine = rg.masks[static_cast<size_t>(rank)];
+      for (const Json& d : row.value("masks", Json::array())) {
+        training::RankMask k;
+        k.step = step;
+        k.layer = d.value("layer", std::string());
+        k.op = d.value("op", std::string());
+        k.microbatch = d.value("microbatch", 0);
+        from_name(runtime::kPhaseNames, d.value("pass", std::string("forward")), &k.pass);
+        k.checkpointed = d.value("checkpointed", false);
+        k.digest = d.value("digest", std::string());
+        k.numel = d.value("numel", uint64_t{0});
+        if (d.contains("index")) {
+          k.index = d["index"].get<int>();
+        } else {  // numbered by its order among its key's draws, as run_result_of numbers one rank's
+          for (const auto& o : mine)
+            k.index += o.step == k.step && o.layer == k.layer && o.op == k.op && o.microbatch == k.microbatch && o.pass == k.pass;
+        }
+        mine.push_back(std::move(k));
+      }
+      const size_t mbs = row.value("losses", Json::array()).size();
+      for (size_t mb = 0; mb < mbs; ++mb)
+        for (size_t i = 0; i < n; ++i) {
+          if (rg.shard_dim[i] >= 0) continue;
+          const std::string name = "grad " + st + " " + std::to_string(mb) + " " + std::to_string(i);
+          if (const Frame* f = m.frame(name + " @" + std::to_string(rank)))
+            rg.replicated_grads[static_cast<size_t>(rank)][name] = f32_values(*f);
+        }
+    }
+  }
+  return rg;
+}
 }  // namespace
 
 training::RunResult run_result_of(const Message& m, const training::CaseSpec& spec) {
@@ -206,6 +262,10 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     if (!own || x.value("held_in_graphs", Json(nullptr)).is_null()) r.held_in_graphs = std::nullopt;
     else r.held_in_graphs = x["held_in_graphs"].get<std::map<std::string, int64_t>>();
     std::vector<std::vector<MaskDraw>> mask_draws;  // per step: another system's draws as it reported them
+    const bool group = h.contains("ranks") && h["ranks"].is_object();  // a rank group's reply
+    const int world = group ? h["ranks"].value("world", 1) : 1;
+    const std::vector<std::string> tp_sites = group ? h["ranks"].value("tp_sites", std::vector<std::string>{})
+                                                    : std::vector<std::string>{};
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
     const int act = static_cast<int>(device::MemCategory::Activations);
@@ -259,6 +319,23 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
               if (f->dtype != "u8" || f->bytes.size() != e.count)
                 throw ProtocolError("observation: frame '" + name + "' is not " + std::to_string(e.count) + " u8 values");
               e.mask.assign(f->bytes.begin(), f->bytes.end());
+            } else if (group) {
+              // A rank group sends every rank's own mask (`name @<r>`): outside the regions rank 0's
+              // (every rank's is equal: outside_masks_equal); inside, the full mask is the ranks'
+              // in rank order (rank r owns heads r*heads/N ..; a mask is [heads, T, T]), so the
+              // fp64 oracles apply what the group drew to the full model.
+              const bool inside = std::find(tp_sites.begin(), tp_sites.end(), e.site.layer) != tp_sites.end();
+              std::vector<uint8_t> full;
+              bool whole = true;
+              for (int r = 0; r < (inside ? world : 1) && whole; ++r) {
+                const Frame* f = m.frame(name + " @" + std::to_string(r));
+                whole = f && f->dtype == "u8" && (r > 0 || f->bytes.size() == e.count);
+                if (whole) full.insert(full.end(), f->bytes.begin(), f->bytes.end());
+              }
+              if (whole) {
+                e.count = full.size();
+                e.mask = std::move(full);
+              }
             }
           }
           s.ledger.push_back(e);
@@ -277,6 +354,7 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
                                                      b.at("read").get<std::vector<uint64_t>>(), b.at("misplaced").get<int>()});
       r.steps.push_back(std::move(s));
     }
+    if (h.contains("ranks")) r.ranks = rank_group_of(m, n);
     if (!own) {
       // What recap's runtime counts itself: recomputed masks unlike their forward mask, forward
       // masks seen again at a later step; and the figures memory judges.

@@ -638,6 +638,9 @@ std::string unmodelled(const CaseSpec& spec) {
   if (spec.style == CheckpointStyle::NonReentrant && spec.any_checkpoint())
     return "checkpoint_style non-reentrant: recap's runtime does not model torch.utils.checkpoint(use_reentrant=False) "
            "(its checkpoints are reentrant or without-output)";
+  if (spec.tp > 1)
+    return "tp " + std::to_string(spec.tp) + ": recap's runtime runs one rank (a rank group runs it: --sut torch --ranks " +
+           std::to_string(spec.tp) + ")";
   return "";
 }
 

@@ -34,6 +34,7 @@
 // and the phase flags are reset by their scopes: an eager step still works afterwards.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -47,6 +48,30 @@ namespace recap::training {
 
 struct ReplayOrderError : std::logic_error {
   using std::logic_error::logic_error;
+};
+
+// A rank group's run (tp > 1; drivers/PROTOCOL.md, "Rank groups"): what its observation says of
+// every rank beyond the full-shape record RunResult holds (rank 0's losses and masks, gradients and
+// parameters assembled from the shards). What the cross-rank oracles judge (properties/oracles/ranks.cpp).
+struct RankMask {
+  int step = 0;
+  std::string layer, op;
+  int microbatch = 0;
+  runtime::Phase pass = runtime::Phase::Forward;
+  int index = 0;  // its order among the rank's draws of (step, layer, op, microbatch, pass) unless sent
+  bool checkpointed = false;
+  std::string digest;
+  uint64_t numel = 0;
+};
+struct RankGroupRun {
+  int world = 1, tp = 1;
+  std::string backend;                    // "gloo", "nccl"
+  std::vector<std::string> tp_sites;      // draw sites inside tensor-parallel regions
+  std::vector<int> shard_dim;             // per parameter: the dim it is split along, -1 held whole by every rank
+  std::vector<std::vector<RankMask>> masks;  // per rank: its draws of every step
+  // Per rank, the per-microbatch gradients ("grad <s> <mb> <i>") of parameters held whole
+  // (shard_dim -1), from its `@<r>` frames: they must agree across ranks.
+  std::vector<std::map<std::string, std::vector<float>>> replicated_grads;
 };
 
 struct RunResult {
@@ -87,6 +112,7 @@ struct RunResult {
   size_t overlapping_draws = 0;     // RNG ledger: distinct draws starting inside another's Philox value range
   size_t repeated_draws = 0;        // RNG ledger: distinct draws (other sites or microbatches) at another's (seed, offset)
   size_t draw_streams = 0;          // RNG ledger: Philox streams (seeds) those draws came from
+  std::optional<RankGroupRun> ranks;  // a rank group's observation (its "ranks"); nullopt: one rank
   bool ok() const { return !failure.has_value(); }
 };
 

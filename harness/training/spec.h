@@ -21,6 +21,8 @@
 //     "shared_pool": true,
 //     "seeds": {"param": 1, "data": 2, "rng": 3},
 //     "lr": 0.05,
+//     "tp": 1,                                  (tensor-parallel ranks: 1 .. 64, default 1; > 1 runs on a
+//                                                rank group, drivers/PROTOCOL.md "Rank groups")
 //     "faults": ["rng-offset-baked"],          (fault points, docs/faults.md; absent: none)
 //     "expected": <any JSON, kept as is for the corpus>
 //   }
@@ -118,6 +120,9 @@ struct CaseSpec {
   uint64_t data_seed = 2;
   uint64_t rng_seed = 3;
   float lr = 0.05f;
+  // Tensor-parallel world size (issue 22): 1 is one rank; N > 1 runs on a rank group of N ranks
+  // (`recap fuzz --sut torch --ranks N`), which recap's runtime does not model (training::unmodelled).
+  int tp = 1;
   // Fault points on while the case runs (harness/runtime/faults.h): a reproducer of a broken
   // mechanism carries the fault it needs. Empty for every real case.
   std::vector<std::string> faults;

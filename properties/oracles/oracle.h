@@ -83,6 +83,8 @@ class Runs {
   const Run& eager_twin();
   const Run& no_checkpoint_twin();
   const Run& graph_safe_twin();
+  // The same case on one rank (tp 1): a rank group's case run by the ordinary worker.
+  const Run& one_rank_twin();
 
   // What was seen of the case's own session while it was alive, by oracle name ("hygiene": the
   // check after its failed capture).
@@ -99,7 +101,7 @@ class Runs {
   const training::RunResult& main_;
   std::optional<int64_t> live_after_;
   bool hygiene_observed_ = true;
-  std::optional<Run> eager_, plain_, graph_safe_;
+  std::optional<Run> eager_, plain_, graph_safe_, one_rank_;
 };
 
 struct Oracle {
@@ -111,6 +113,9 @@ struct Oracle {
   bool reads_masks = false;
   // Judged only when its option asks for it (OracleOptions::differential), even with no --property.
   bool opt_in = false;
+  // A cross-rank property: judged only when the system under test runs a rank group (--ranks N,
+  // sut::Sut::ranks), so that one-rank campaigns and their reports are as they were.
+  bool ranks_only = false;
 };
 
 // Whether opts selects the property (no selection: every one).
@@ -154,6 +159,17 @@ CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec
 bool masks_sent(const training::StepRecord& step);
 Oracle hygiene_oracle();
 Oracle differential_oracle();
+// The cross-rank oracles of a rank group's run (ranks.cpp; Oracle::ranks_only), and their judges of
+// runs (unit tests give hand-made observations): skipped when the run has no `ranks` (one rank).
+Oracle rank_recompute_equal_oracle();
+Oracle tp_masks_differ_oracle();
+Oracle outside_masks_equal_oracle();
+Oracle grads_match_one_rank_oracle();
+CheckResult rank_recompute_equal_check(const training::RunResult& r);
+CheckResult tp_masks_differ_check(const training::RunResult& r);
+CheckResult outside_masks_equal_check(const training::RunResult& r);
+// `one`: the same case's run on one rank (tp 1).
+CheckResult grads_match_one_rank_check(const training::RunResult& group, const Run& one);
 
 // The differential's tolerance for losses, gradients and parameters of two backends' runs of one
 // case: a value a of one run against b of the other passes when |a - b| <= atol + rtol * |b|.

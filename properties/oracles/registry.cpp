@@ -8,7 +8,9 @@ namespace recap::properties {
 const std::vector<Oracle>& oracles() {
   static const std::vector<Oracle> all = {capture_clean_oracle(), eager_vs_graphed_oracle(), recompute_on_off_oracle(),
                                           rng_ledger_oracle(),    memory_oracle(),           reference_oracle(),
-                                          training_oracle(),      hygiene_oracle(),          differential_oracle()};
+                                          training_oracle(),      hygiene_oracle(),          differential_oracle(),
+                                          rank_recompute_equal_oracle(), tp_masks_differ_oracle(),
+                                          outside_masks_equal_oracle(),  grads_match_one_rank_oracle()};
   return all;
 }
 
@@ -18,9 +20,17 @@ bool opt_in_property(const std::string& name) {
   return false;
 }
 
+bool ranks_property(const std::string& name) {
+  for (const Oracle& o : oracles())
+    if (o.ranks_only && name == o.name) return true;
+  return false;
+}
+
 bool selected(const OracleOptions& opts, const std::string& property) {
   // an opt-in oracle (differential) runs only when its option asks for it
   if (opt_in_property(property) && !opts.differential) return false;
+  // a cross-rank oracle only where a rank group runs the tp cases
+  if (ranks_property(property) && !(opts.sut && opts.sut->ranks() > 0)) return false;
   if (opts.properties.empty()) return true;
   for (const auto& q : opts.properties)
     if (q == property) return true;

@@ -215,6 +215,12 @@ const Run& Runs::eager_twin() {
 
 const Run& Runs::no_checkpoint_twin() { return twin(plain_, training::without_checkpoints(spec_), "no_checkpoint_twin"); }
 
+const Run& Runs::one_rank_twin() {
+  CaseSpec one = spec_;
+  one.tp = 1;
+  return twin(one_rank_, one, "one_rank_twin");
+}
+
 const Run& Runs::graph_safe_twin() {
   CaseSpec g = spec_;
   g.policy = training::CheckpointPolicy::GraphSafe;

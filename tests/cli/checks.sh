@@ -716,6 +716,97 @@ fuzz_sut_torch_worker_faults)
   took=$(( $(date +%s) - start ))
   echo "four campaigns in $took s"
   ;;
+sut_torch_ranks_faults)
+  # Rank groups (issue 22) on the CPU (gloo): --ranks 2 starts a group of two ranks beside the
+  # one-rank worker; tp 2 cases go to the group, tp 1 to the worker (and so does the one-rank twin
+  # grads_match_one_rank compares with). Clean: the four cross-rank checks pass or are skipped with
+  # their reason (a tp 1 case: "tp 1: one rank"). Each planted rank fault (RECAP_RANK_FAULT, drivers/
+  # recap_drivers/core/rank_faults.py) makes its own oracle incorrect, where the clean run passed it.
+  # Replay without --ranks: a file of tp 2 starts its group itself. Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  masks="$src/tests/cli/data/tp2-masks.json"; grads="$src/tests/cli/data/tp2-grads.json"
+  "$recap" replay --sut torch --ranks 2 --backend sim "$masks" "$grads" "$src/tests/cli/data/torch-naive-eager.json" \
+    --report clean.json > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  expect() {  # FILE PATTERN WHAT
+    grep -q "$2" "$1" || fail "$3 (no line '$2' in $1)"
+  }
+  expect clean.txt "rank_recompute_equal passed: 24 recompute draws on 2 ranks equal their forward draws" "clean masks: rank_recompute_equal"
+  expect clean.txt "tp_masks_differ   passed: 6 draws inside tensor-parallel regions differ across 2 ranks" "clean masks: tp_masks_differ"
+  expect clean.txt "outside_masks_equal passed: 6 draws outside" "clean masks: outside_masks_equal"
+  expect clean.txt "grads_match_one_rank skipped: 6 draws inside tensor-parallel regions come from per-rank generators" "clean masks: grads skipped"
+  expect clean.txt "grads_match_one_rank passed: 300 tensors (30624 elements) within 1e-05 of the one-rank run" "clean grads: grads_match_one_rank"
+  expect clean.txt "tp_masks_differ   skipped: no dropout draw inside a tensor-parallel region" "clean grads: nothing inside regions"
+  expect clean.txt "rank_recompute_equal skipped: tp 1: one rank, nothing to compare across ranks" "a tp 1 case: skipped with the reason"
+  validate_report clean.json
+  ranks="rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank"
+  for f in tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
+           dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads; do
+    fault=${f%%:*}; rest=${f#*:}; oracle=${rest%%:*}; file=$(eval echo \$${rest#*:})
+    "$recap" replay --sut torch --backend sim "$file" --property "$ranks" --worker-env "RECAP_RANK_FAULT=$fault" \
+      > "$fault.txt" 2> err.txt
+    rc=$?; echo "== $fault: exit $rc"; cat "$fault.txt"
+    [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "$fault: exit $rc, expected 1"; }
+    grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
+    grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
+  done
+  # The fp64 reference applies the group's masks (the ranks' own, assembled in rank order inside the
+  # regions) to the full model: it passes on the clean group, where draws inside regions leave
+  # grads_match_one_rank nothing to compare, and catches the unreduced gradient there.
+  expect clean.txt "reference         passed: step 0, microbatch 0: 8 gradients against fp64" "clean masks: reference"
+  "$recap" replay --sut torch --backend sim "$masks" --property reference,grads_match_one_rank \
+    --worker-env RECAP_RANK_FAULT=tp-grad-not-reduced > unreduced.txt 2> err.txt
+  rc=$?; cat unreduced.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "tp-grad-not-reduced on tp2-masks: exit $rc, expected 1"; }
+  expect unreduced.txt "reference         incorrect: step 0 vs the fp64 reference" "tp-grad-not-reduced: the reference"
+  expect unreduced.txt "grads_match_one_rank skipped" "tp-grad-not-reduced on tp2-masks: nothing for grads_match_one_rank"
+  ;;
+sut_torch_ranks_fuzz_shrinks)
+  # recap fuzz --sut torch --ranks 2 on the CPU, tp drawn from the group's hello and shrunk first,
+  # toward 1. tp-seed-shared (every rank's tensor-parallel generator seeded as rank 0's) fails only
+  # on the group: its counterexample keeps tp 2, and its corpus file replays (the group started
+  # from the file's tp) incorrect with the fault and passes without it. A fault that fails on one
+  # rank too (RECAP_DRIVER_FAULT=drop-recompute-mask, rng_ledger), found on a tp 2 case, is no
+  # cross-rank bug: it shrinks to tp 1. Seed 3's first case is of tp 2 (the report lists it).
+  # --shrink-limit bounds the cost (each tp 2 evaluation runs on gloo). Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  tp_of() {  # JSON-FILE [KEY]: the tp of a case file (1 when absent), or of the report's first case / counterexample
+    "$py" - "$1" "${2:-}" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+if sys.argv[2] == "first": j = j["cases"][0]["spec"]
+elif sys.argv[2] == "found": j = j["summary"]["failures"][0]["case"]
+print(j.get("tp", 1))
+PY
+  }
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 3 --cases 1 --stop-on-first --shrink-limit 12 \
+    --worker-env RECAP_RANK_FAULT=tp-seed-shared --property tp_masks_differ --corpus-dir found --report r.json > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "tp-seed-shared: exit $rc, expected 1"; }
+  validate_report r.json
+  [ "$(tp_of r.json first)" = 2 ] || fail "the first case is not of tp 2"
+  [ "$(tp_of r.json found)" = 2 ] || fail "tp-seed-shared fails on the group alone: its counterexample must keep tp 2"
+  grep -q '"ranks": 2' r.json || fail "the report's flags do not name --ranks 2"
+  set -- found/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one corpus file, found: $*"
+  cx=$1
+  [ "$(tp_of "$cx")" = 2 ] || fail "$cx: not of tp 2"
+  "$recap" replay --sut torch --backend sim "$cx" --property tp_masks_differ --worker-env RECAP_RANK_FAULT=tp-seed-shared > again.txt 2> err.txt
+  rc=$?; cat again.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "the counterexample did not replay as expected: exit $rc"; }
+  grep -Eq "^  tp_masks_differ +incorrect: ranks 0 and 1 drew equal masks" again.txt || fail "the replay did not reproduce it"
+  "$recap" replay --sut torch --backend sim "$cx" --property tp_masks_differ > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  grep -Eq "^  tp_masks_differ +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 3 --cases 1 --stop-on-first --shrink-limit 12 \
+    --worker-env RECAP_DRIVER_FAULT=drop-recompute-mask --property rng_ledger --corpus-dir one --report one.json > one.txt 2> err.txt
+  rc=$?; cat one.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "drop-recompute-mask: exit $rc, expected 1"; }
+  [ "$(tp_of one.json first)" = 2 ] || fail "drop-recompute-mask: the first case is not of tp 2"
+  [ "$(tp_of one.json found)" = 1 ] || fail "a failure on one rank too must shrink to tp 1"
+  ;;
 sut_torch_planted_faults)
   # No verdict without evidence, on a real torch (CPU): planted driver faults (RECAP_DRIVER_FAULT,
   # drivers/PROTOCOL.md) make the driver report less than happened; each must turn the check that

@@ -57,7 +57,7 @@ for bi, base in enumerate(bases):
     text = open(base).read()
     case = json.loads(text)
     muts = {}
-    for field in ("lr", "hidden", "tokens", "warmup", "replays", "microbatches"):
+    for field in ("lr", "hidden", "tokens", "warmup", "replays", "microbatches", "tp"):
         for v in ("1e400", "-1e400", "1e308", "18446744073709551616", "-1", "3.5", "true", '"7"', "null"):
             c = dict(case)
             c[field] = "@@"

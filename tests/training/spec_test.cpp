@@ -143,5 +143,27 @@ TEST(PhaseFlags, ScopesResetOnEveryExit) {
   EXPECT_FALSE(is_graph_capturing());
 }
 
+// Issue 22: tp, the tensor-parallel world size. Absent means 1 and is not written (one-rank files
+// are unchanged); another value round-trips; a bad one is a one-line error naming the field; recap's
+// runtime does not run it (a rank group does).
+TEST(Spec, TensorParallelSize) {
+  CaseSpec a = acceptance_spec(ExecutorKind::Eager);
+  EXPECT_EQ(a.tp, 1);
+  EXPECT_FALSE(case_to_json(a).contains("tp"));
+  EXPECT_EQ(unmodelled(a), "");
+  a.tp = 2;
+  Json j = case_to_json(a);
+  EXPECT_EQ(j["tp"], 2);
+  CaseSpec b;
+  ASSERT_EQ(case_from_json(j, &b), "");
+  EXPECT_EQ(b.tp, 2);
+  EXPECT_EQ(unmodelled(b), "tp 2: recap's runtime runs one rank (a rank group runs it: --sut torch --ranks 2)");
+  const std::string layers = R"("layers": [{"kind": "linear"}])";
+  EXPECT_EQ(error_of("{" + layers + R"(, "tp": 0})"), "tp must be in [1, 64], got 0");
+  EXPECT_EQ(error_of("{" + layers + R"(, "tp": 65})"), "tp must be in [1, 64], got 65");
+  EXPECT_EQ(error_of("{" + layers + R"(, "tp": "2"})"), "tp: expected an integer, got a string");
+  EXPECT_EQ(error_of("{" + layers + R"(, "tp": 2.5})"), "tp: expected an integer, got a number");
+}
+
 }  // namespace
 }  // namespace recap::training

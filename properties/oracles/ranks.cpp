@@ -1,0 +1,360 @@
+// The cross-rank oracles of a rank group's run (issue 22; drivers/PROTOCOL.md, "Rank groups"):
+// recap's C++ form of drivers/recap_drivers/core/ranks_check.py, check for check. Judged only where
+// the system under test runs a rank group (--ranks N, Oracle::ranks_only); a case of tp 1, or a run
+// whose observation has no `ranks`, is skipped with the reason.
+//
+//   rank_recompute_equal  on every rank, every recompute draw equals its forward draw and every
+//                         checkpointed forward draw was recomputed (planted: tp-recompute-stale)
+//   tp_masks_differ       draws inside tensor-parallel regions (ranks.tp_sites) differ between
+//                         every two ranks beyond chance (tp-seed-shared)
+//   outside_masks_equal   draws outside those regions are equal on every rank (dp-seed-per-rank)
+//   grads_match_one_rank  the group's full-shape gradients and parameters equal a one-rank run's of
+//                         the same case (tp 1, the ordinary worker) within a relative L2 tolerance,
+//                         and replicated parameters' gradients agree across ranks (tp-grad-not-reduced)
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "models/check.h"
+#include "properties/oracles/oracle.h"
+
+namespace recap::properties {
+
+using training::RankGroupRun;
+using training::RankMask;
+using training::RunResult;
+
+namespace {
+
+// A coincidence of masks is a finding when chance alone would give it less often than this.
+constexpr double kChance = 1e-6;
+
+using MaskKey = std::tuple<int, std::string, std::string, int, int>;  // step, layer, op, microbatch, index
+MaskKey key_of(const RankMask& m) { return {m.step, m.layer, m.op, m.microbatch, m.index}; }
+std::string where(const MaskKey& k) {
+  return "step " + std::to_string(std::get<0>(k)) + " " + std::get<1>(k) + " mb " + std::to_string(std::get<3>(k));
+}
+std::string g2(double v) {
+  std::ostringstream o;
+  o.precision(2);
+  o << v;
+  return o.str();
+}
+std::string fixed1(double v) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(1);
+  o << v;
+  return o.str();
+}
+
+// The group's run, or why there is nothing to judge across ranks.
+const RankGroupRun* group_of(Runs& runs, std::string* why) {
+  if (runs.spec().tp <= 1) {
+    *why = "tp 1: one rank, nothing to compare across ranks";
+    return nullptr;
+  }
+  const auto& g = runs.main().ranks;
+  if (!g) {
+    *why = "the observation of a tp " + std::to_string(runs.spec().tp) + " case has no ranks (not a rank group's)";
+    return nullptr;
+  }
+  if (g->world < 2) {
+    *why = "one rank: nothing to compare across ranks";
+    return nullptr;
+  }
+  return &*g;
+}
+
+// Per rank, its forward draws inside (or outside) the tensor-parallel regions, by key.
+std::vector<std::map<MaskKey, const RankMask*>> forward_table(const RankGroupRun& g, bool inside) {
+  const std::set<std::string> sites(g.tp_sites.begin(), g.tp_sites.end());
+  std::vector<std::map<MaskKey, const RankMask*>> out(g.masks.size());
+  for (size_t r = 0; r < g.masks.size(); ++r)
+    for (const RankMask& m : g.masks[r])
+      if (m.pass == runtime::Phase::Forward && (sites.count(m.layer) > 0) == inside) out[r][key_of(m)] = &m;
+  return out;
+}
+
+// The dropout probability of draw site `layer` ("attention0.core": layer 0's).
+double site_p(const training::CaseSpec& spec, const std::string& layer) {
+  std::string head = layer.substr(0, layer.find('.'));
+  size_t i = head.size();
+  while (i > 0 && std::isdigit(static_cast<unsigned char>(head[i - 1]))) --i;
+  if (i == head.size()) return 0.0;
+  const size_t l = std::stoul(head.substr(i));
+  return l < spec.model.layers.size() ? spec.model.layers[l].dropout : 0.0;
+}
+
+// log10 of the chance that two independent masks of numel elements, each element kept with
+// probability 1 - p, are equal: (p^2 + (1-p)^2)^numel.
+double log10_chance(double p, uint64_t numel) {
+  const double q = p * p + (1 - p) * (1 - p);
+  return q > 0 && q < 1 ? static_cast<double>(numel) * std::log10(q) : 0.0;
+}
+
+}  // namespace
+
+CheckResult rank_recompute_equal_check(const RunResult& r) {
+  const char* p = "rank_recompute_equal";
+  if (!r.ranks || r.ranks->world < 1) return skipped(p, "the observation has no ranks (not a rank group's)");
+  const RankGroupRun& g = *r.ranks;
+  size_t compared = 0, mismatches = 0;
+  std::string first;
+  auto problem = [&](const std::string& s) {
+    if (mismatches++ == 0) first = s;
+  };
+  for (size_t rank = 0; rank < g.masks.size(); ++rank) {
+    std::map<MaskKey, const RankMask*> fwd, rec;
+    for (const RankMask& m : g.masks[rank]) {
+      if (m.pass == runtime::Phase::Forward) fwd[key_of(m)] = &m;
+      if (m.pass == runtime::Phase::Recompute) rec[key_of(m)] = &m;
+    }
+    const std::string rk = "rank " + std::to_string(rank) + " ";
+    for (const auto& [k, m] : rec) {
+      ++compared;
+      auto f = fwd.find(k);
+      if (f == fwd.end()) problem(rk + where(k) + ": a recompute draw without a forward draw");
+      else if (f->second->digest != m->digest)
+        problem(rk + where(k) + ": recompute " + m->digest + " != forward " + f->second->digest);
+    }
+    for (const auto& [k, f] : fwd)
+      if (f->checkpointed && !rec.count(k)) problem(rk + where(k) + ": a checkpointed forward draw was not recomputed");
+  }
+  if (mismatches)
+    return bad(p, Disposition::Incorrect, std::to_string(mismatches) + " of " + std::to_string(compared) + " recompute draws: " + first);
+  if (compared == 0) return skipped(p, "no recompute draw on any rank (no checkpointed dropout)");
+  return passed(p, std::to_string(compared) + " recompute draws on " + std::to_string(g.masks.size()) +
+                       " ranks equal their forward draws");
+}
+
+CheckResult tp_masks_differ_check(const RunResult& r) {
+  const char* p = "tp_masks_differ";
+  if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
+  const RankGroupRun& g = *r.ranks;
+  if (g.masks.size() < 2) return skipped(p, "one rank: nothing to compare across ranks");
+  const auto tables = forward_table(g, /*inside=*/true);
+  std::set<MaskKey> keys;
+  for (const auto& t : tables)
+    for (const auto& [k, m] : t) keys.insert(k);
+  if (keys.empty()) return skipped(p, "no dropout draw inside a tensor-parallel region");
+  for (const MaskKey& k : keys)
+    for (size_t rank = 0; rank < tables.size(); ++rank)
+      if (!tables[rank].count(k))
+        return bad(p, Disposition::Incorrect, where(k) + ": rank " + std::to_string(rank) + " made no such draw");
+  // how unlikely it is that every draw coincides on two ranks by chance; too likely: skipped
+  double power = 0;
+  for (const MaskKey& k : keys) power += log10_chance(site_p(r.spec, std::get<1>(k)), tables[0].at(k)->numel);
+  if (power > std::log10(kChance))
+    return skipped(p, "the masks are too small to tell ranks apart: equal masks on every draw would happen by chance "
+                      "with probability 10^" + fixed1(power));
+  size_t pairs = 0, coincident = 0;
+  std::optional<std::pair<double, std::string>> worst;
+  for (size_t a = 0; a < tables.size(); ++a)
+    for (size_t b = a + 1; b < tables.size(); ++b) {
+      ++pairs;
+      std::vector<MaskKey> same;
+      for (const MaskKey& k : keys)
+        if (tables[a].at(k)->digest == tables[b].at(k)->digest) same.push_back(k);
+      coincident += same.size();
+      if (same.empty()) continue;
+      double chance = 0;
+      for (const MaskKey& k : same) chance += log10_chance(site_p(r.spec, std::get<1>(k)), tables[a].at(k)->numel);
+      if (!worst || chance < worst->first)
+        worst = {chance, "ranks " + std::to_string(a) + " and " + std::to_string(b) + " drew equal masks in " +
+                             std::to_string(same.size()) + " of " + std::to_string(keys.size()) +
+                             " draws inside tensor-parallel regions (first: " + where(same.front()) + "; chance 10^" +
+                             fixed1(chance) + ")"};
+    }
+  if (worst && worst->first < std::log10(kChance)) return bad(p, Disposition::Incorrect, worst->second);
+  return passed(p, std::to_string(keys.size()) + " draws inside tensor-parallel regions differ across " +
+                       std::to_string(tables.size()) + " ranks (" + std::to_string(pairs) + " pairs" +
+                       (coincident ? ", " + std::to_string(coincident) + " equal by chance" : std::string()) +
+                       "; all equal by chance: 10^" + fixed1(power) + ")");
+}
+
+CheckResult outside_masks_equal_check(const RunResult& r) {
+  const char* p = "outside_masks_equal";
+  if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
+  const RankGroupRun& g = *r.ranks;
+  if (g.masks.size() < 2) return skipped(p, "one rank: nothing to compare across ranks");
+  const auto tables = forward_table(g, /*inside=*/false);
+  bool any = false;
+  for (const auto& t : tables) any = any || !t.empty();
+  if (!any) return skipped(p, "no dropout draw outside the tensor-parallel regions");
+  const auto& ref = tables[0];
+  for (size_t rank = 1; rank < tables.size(); ++rank) {
+    std::set<MaskKey> keys;
+    for (const auto& [k, m] : ref) keys.insert(k);
+    for (const auto& [k, m] : tables[rank]) keys.insert(k);
+    for (const MaskKey& k : keys) {
+      auto a = ref.find(k), b = tables[rank].find(k);
+      if (a == ref.end() || b == tables[rank].end())
+        return bad(p, Disposition::Incorrect,
+                   where(k) + ": rank " + std::to_string(a == ref.end() ? 0 : rank) + " made no such draw");
+      if (a->second->digest != b->second->digest)
+        return bad(p, Disposition::Incorrect,
+                   where(k) + ": rank " + std::to_string(rank) + " drew " + b->second->digest + ", rank 0 " +
+                       a->second->digest + " (outside tensor-parallel regions masks are equal)");
+    }
+  }
+  return passed(p, std::to_string(ref.size()) + " draws outside tensor-parallel regions equal on " +
+                       std::to_string(tables.size()) + " ranks");
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
+  const char* p = "grads_match_one_rank";
+  if (!group.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
+  const RankGroupRun& g = *group.ranks;
+  // The group sums partial products in another order than one rank (an all-reduce of per-rank
+  // partial sums), so bitwise equality is not expected: a relative L2 bound from the arithmetic,
+  // models/check.h's (as ranks_check.py's TOL_F32 / TOL_BF16). Measured: 300 tensors of a
+  // six-layer case within 5e-7 (drivers/PROTOCOL.md, "Rank groups").
+  const double tol = group.spec.model.dtype == models::DType::BF16 ? models::check::kTolBf16Stack : models::check::kTolF32;
+  if (group.failure) return skipped(p, "the group's run did not complete: " + group.failure->line());
+  const auto inside = forward_table(g, /*inside=*/true);
+  if (!inside.empty() && !inside[0].empty())
+    return skipped(p, std::to_string(inside[0].size()) + " draws inside tensor-parallel regions come from per-rank "
+                      "generators, a one-rank run draws others: its gradients differ by design");
+  if (std::string t = twin_trouble("the one-rank twin", one); !t.empty()) return skipped(p, t);
+  const RunResult& o = *one.result;
+  // rank 0's forward draws against the one-rank run's (its ledger's masks, numbered as the group's)
+  const auto group_masks = forward_table(g, /*inside=*/false);
+  std::map<MaskKey, std::string> one_masks;
+  for (const auto& s : o.steps) {
+    std::map<std::tuple<std::string, std::string, int>, int> seen;
+    for (const auto& e : s.ledger) {
+      if (e.generator != "mask" || e.site.phase != runtime::Phase::Forward) continue;
+      const int index = seen[{e.site.layer, e.site.op, e.site.microbatch}]++;
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(e.seed));
+      one_masks[{s.step, e.site.layer, e.site.op, e.site.microbatch, index}] = hex;
+    }
+  }
+  auto digest_value = [](const std::string& d) { return d.empty() ? uint64_t{0} : std::stoull(d, nullptr, 16); };
+  std::set<MaskKey> keys;
+  for (const auto& [k, m] : group_masks[0]) keys.insert(k);
+  for (const auto& [k, d] : one_masks) keys.insert(k);
+  for (const MaskKey& k : keys) {
+    auto a = group_masks[0].find(k);
+    auto b = one_masks.find(k);
+    if (a == group_masks[0].end() || b == one_masks.end() || digest_value(a->second->digest) != digest_value(b->second))
+      return bad(p, Disposition::Incorrect,
+                 where(k) + ": rank 0 drew " + (a == group_masks[0].end() ? std::string("nothing") : a->second->digest) +
+                     ", the one-rank run " + (b == one_masks.end() ? std::string("nothing") : b->second));
+  }
+  if (group.steps.size() != o.steps.size())
+    return bad(p, Disposition::Incorrect, std::to_string(group.steps.size()) + " steps against the one-rank run's " +
+                                              std::to_string(o.steps.size()));
+  size_t tensors = 0, elements = 0;
+  double worst = 0;
+  std::string worst_name;
+  auto compare = [&](const std::vector<float>& a, const std::vector<float>& b, const std::string& name) -> std::optional<CheckResult> {
+    if (a.size() != b.size())
+      return bad(p, Disposition::Incorrect, "'" + name + "': " + std::to_string(a.size()) + " elements against " + std::to_string(b.size()));
+    const double e = relative_l2(a, b);
+    ++tensors;
+    elements += a.size();
+    if (e > worst || std::isnan(e)) {
+      worst = e;
+      worst_name = name;
+    }
+    if (!(e <= tol))  // NaN fails too
+      return bad(p, Disposition::Incorrect, "'" + name + "': relative L2 error " + g2(e) + " > " + g2(tol) + " against the one-rank run");
+    return std::nullopt;
+  };
+  for (size_t k = 0; k < o.steps.size(); ++k) {
+    const auto& x = group.steps[k];
+    const auto& y = o.steps[k];
+    const std::string st = std::to_string(y.step);
+    if (x.microbatches.size() != y.microbatches.size() || x.grads.size() != y.grads.size() || x.params.size() != y.params.size())
+      return bad(p, Disposition::Incorrect, "step " + st + ": the group's record has another shape than the one-rank run's");
+    for (size_t mb = 0; mb < y.microbatches.size(); ++mb)
+      for (size_t i = 0; i < y.microbatches[mb].grads.size() && i < x.microbatches[mb].grads.size(); ++i)
+        if (auto c = compare(x.microbatches[mb].grads[i], y.microbatches[mb].grads[i],
+                             "grad " + st + " " + std::to_string(mb) + " " + std::to_string(i)))
+          return *c;
+    for (size_t i = 0; i < y.grads.size(); ++i)
+      if (auto c = compare(x.grads[i], y.grads[i], "grad " + st + " " + std::to_string(i))) return *c;
+    for (size_t i = 0; i < y.params.size(); ++i)
+      if (auto c = compare(x.params[i], y.params[i], "param " + st + " " + std::to_string(i))) return *c;
+  }
+  // parameters every rank holds whole: their gradients agree across ranks
+  size_t replicated = 0;
+  for (size_t rank = 1; rank < g.replicated_grads.size(); ++rank)
+    for (const auto& [name, r0] : g.replicated_grads[0]) {
+      auto it = g.replicated_grads[rank].find(name);
+      if (it == g.replicated_grads[rank].end())
+        return bad(p, Disposition::Incorrect, "no frame '" + name + " @" + std::to_string(rank) + "'");
+      ++replicated;
+      const double e = relative_l2(it->second, r0);
+      if (!(e <= tol))
+        return bad(p, Disposition::Incorrect, "'" + name + "' of a replicated parameter: rank " + std::to_string(rank) +
+                                                  " differs from rank 0 by " + g2(e));
+    }
+  if (tensors == 0) return skipped(p, "no gradient or parameter to compare");
+  return passed(p, std::to_string(tensors) + " tensors (" + std::to_string(elements) + " elements) within " + g2(tol) +
+                       " of the one-rank run (worst " + g2(worst) + ": '" + worst_name + "'), " + std::to_string(replicated) +
+                       " replicated gradients equal across " + std::to_string(g.world) + " ranks");
+}
+
+namespace {
+template <CheckResult (*F)(const RunResult&)>
+CheckResult judge_group(Runs& runs, const char* property) {
+  std::string why;
+  if (!group_of(runs, &why)) return skipped(property, why);
+  return F(runs.main());
+}
+}  // namespace
+
+Oracle rank_recompute_equal_oracle() {
+  Oracle o{"rank_recompute_equal", "on every rank of a rank group, every recompute draw equals its forward draw",
+           [](Runs& runs) { return judge_group<rank_recompute_equal_check>(runs, "rank_recompute_equal"); }};
+  o.ranks_only = true;
+  return o;
+}
+
+Oracle tp_masks_differ_oracle() {
+  Oracle o{"tp_masks_differ", "dropout masks inside tensor-parallel regions differ across ranks (beyond chance)",
+           [](Runs& runs) { return judge_group<tp_masks_differ_check>(runs, "tp_masks_differ"); }};
+  o.ranks_only = true;
+  return o;
+}
+
+Oracle outside_masks_equal_oracle() {
+  Oracle o{"outside_masks_equal", "dropout masks outside tensor-parallel regions are equal on every rank",
+           [](Runs& runs) { return judge_group<outside_masks_equal_check>(runs, "outside_masks_equal"); }};
+  o.ranks_only = true;
+  return o;
+}
+
+Oracle grads_match_one_rank_oracle() {
+  Oracle o{"grads_match_one_rank",
+           "a rank group's full gradients and parameters equal a one-rank run's of the same case within a relative L2 "
+           "tolerance",
+           [](Runs& runs) {
+             std::string why;
+             if (!group_of(runs, &why)) return skipped("grads_match_one_rank", why);
+             // skipped before the twin runs when draws inside regions (or a failed run) make it void
+             const auto inside = forward_table(*runs.main().ranks, /*inside=*/true);
+             if (runs.main().failure || (!inside.empty() && !inside[0].empty()))
+               return grads_match_one_rank_check(runs.main(), Run{});
+             return grads_match_one_rank_check(runs.main(), runs.one_rank_twin());
+           }};
+  o.ranks_only = true;
+  return o;
+}
+
+}  // namespace recap::properties

@@ -1,0 +1,394 @@
+// Issue 22: the cross-rank oracles (properties/oracles/ranks.cpp) on hand-made rank-group
+// observations (drivers/PROTOCOL.md, "Rank groups"), read through run_result_of as recap reads a
+// group's reply. Each oracle has a clean observation it passes and a broken one (the planted fault
+// it stands for) it fails, and what it cannot judge is skipped with the reason; the generators
+// draw tp only from a group's capabilities.
+#include <gtest/gtest.h>
+
+#include <rapidcheck.h>
+
+#include "harness/sut/worker.h"
+#include "models/registry.h"
+#include "properties/diagnosis.h"
+#include "properties/generators.h"
+#include "properties/oracles.h"
+#include "properties/oracles/oracle.h"
+
+namespace recap::properties {
+namespace {
+
+using training::CaseSpec;
+
+// attention (heads 2, dropout 0.2: its core's draws are inside a region) then mlp (dropout 0.1:
+// outside), both checkpointed; tp 2, one microbatch, one step.
+CaseSpec group_case() {
+  CaseSpec s;
+  s.model.hidden = 8;
+  s.model.tokens = 4;
+  models::LayerSpec a;
+  a.kind = "attention";
+  a.heads = 2;
+  a.dropout = 0.2f;
+  models::LayerSpec m;
+  m.kind = "mlp";
+  m.dropout = 0.1f;
+  s.model.layers = {a, m};
+  training::LayerFlags f;
+  f.checkpoint = training::CheckpointGranularity::Full;
+  s.layers = {f, f};
+  s.warmup = 0;
+  s.replays = 1;
+  s.tp = 2;
+  return s;
+}
+
+Json mask(const std::string& layer, const std::string& pass, const std::string& digest, uint64_t numel = 64) {
+  return {{"layer", layer}, {"op", layer.substr(layer.find('.') + 1)}, {"microbatch", 0}, {"pass", pass},
+          {"numel", numel}, {"digest", digest}, {"index", 0}, {"checkpointed", pass == "forward"}};
+}
+
+// A rank's draws: inside (attention0.core) and outside (mlp1.dropout), each recomputed.
+struct RankDraws {
+  std::string inside = "00000000000000a0", inside_recompute = "00000000000000a0";
+  std::string outside = "00000000000000b0", outside_recompute = "00000000000000b0";
+  bool with_inside = true;
+  uint64_t inside_numel = 64;
+  Json masks() const {
+    Json m = Json::array();
+    if (with_inside) {
+      m.push_back(mask("attention0.core", "forward", inside, inside_numel));
+      m.push_back(mask("attention0.core", "recompute", inside_recompute, inside_numel));
+    }
+    m.push_back(mask("mlp1.dropout", "forward", outside));
+    m.push_back(mask("mlp1.dropout", "recompute", outside_recompute));
+    return m;
+  }
+};
+
+// Two parameters: p0 split along dim 0, p1 held whole by both ranks.
+struct GroupObservation {
+  RankDraws rank[2];
+  std::vector<float> grad = {1.0f, 2.0f, 3.0f, 4.0f};  // every full-shape tensor's values
+  std::vector<float> rank1_replicated = {1.0f, 2.0f, 3.0f, 4.0f};  // rank 1's own gradient of p1
+  bool group = true;  // false: a one-rank worker's reply (no "ranks")
+  sut::Message message() const {
+    sut::Message m;
+    Json rows = Json::array();
+    for (int r = 0; r < 2; ++r) rows.push_back({{"rank", r}, {"losses", {0.5}}, {"masks", rank[r].masks()}});
+    Json step = {{"step", 0}, {"phase", "eager"}, {"losses", {0.5}}, {"ms", 1.0}, {"masks", rank[0].masks()}};
+    if (group) step["ranks"] = rows;
+    m.header = {{"op", "observation"}, {"id", 1}, {"status", "ok"}, {"reason", ""}, {"param_names", {"p0", "p1"}},
+                {"steps", Json::array({step})}};
+    if (group)
+      m.header["ranks"] = {{"world", 2}, {"tp", 2}, {"backend", "gloo"}, {"tp_sites", {"attention0.core"}},
+                           {"shards", {{{"param", 0}, {"dim", 0}, {"ranges", {{{0, 2}}, {{2, 4}}}}},
+                                       {{"param", 1}, {"dim", nullptr}, {"ranges", Json::array()}}}}};
+    for (const char* n : {"grad 0 0 0", "grad 0 0 1", "grad 0 0", "grad 0 1", "param 0 0", "param 0 1"})
+      m.frames.push_back(sut::f32_frame(n, grad, {4}));
+    if (group) {
+      m.frames.push_back(sut::f32_frame("grad 0 0 1 @0", grad, {4}));
+      m.frames.push_back(sut::f32_frame("grad 0 0 1 @1", rank1_replicated, {4}));
+    }
+    return m;
+  }
+  training::RunResult result(const CaseSpec& spec) const { return sut::run_result_of(message(), spec); }
+};
+
+// Rank 1's own inside draws (its tracker is seeded seeds.rng + 2718 + 1).
+GroupObservation clean() {
+  GroupObservation o;
+  o.rank[1].inside = o.rank[1].inside_recompute = "00000000000000a1";
+  return o;
+}
+
+Run one_rank_run(const GroupObservation& o) {
+  GroupObservation one = o;
+  one.group = false;
+  CaseSpec s = group_case();
+  s.tp = 1;
+  Run r;
+  r.result = one.result(s);
+  return r;
+}
+
+TEST(Ranks, TheObservationIsRead) {
+  const training::RunResult r = clean().result(group_case());
+  ASSERT_TRUE(r.ranks.has_value());
+  EXPECT_EQ(r.ranks->world, 2);
+  EXPECT_EQ(r.ranks->backend, "gloo");
+  EXPECT_EQ(r.ranks->tp_sites, std::vector<std::string>{"attention0.core"});
+  EXPECT_EQ(r.ranks->shard_dim, (std::vector<int>{0, -1}));
+  ASSERT_EQ(r.ranks->masks.size(), 2u);
+  EXPECT_EQ(r.ranks->masks[1].size(), 4u);
+  EXPECT_EQ(r.ranks->masks[1][0].digest, "00000000000000a1");
+  // only the replicated parameter's per-rank gradients are kept
+  EXPECT_EQ(r.ranks->replicated_grads[1].count("grad 0 0 1"), 1u);
+  EXPECT_EQ(r.ranks->replicated_grads[1].count("grad 0 0 0"), 0u);
+  // a one-rank reply has none
+  GroupObservation one = clean();
+  one.group = false;
+  EXPECT_FALSE(one.result(group_case()).ranks.has_value());
+}
+
+TEST(Ranks, CleanGroupPasses) {
+  const training::RunResult r = clean().result(group_case());
+  CheckResult c = rank_recompute_equal_check(r);
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_EQ(c.evidence, "4 recompute draws on 2 ranks equal their forward draws");
+  c = tp_masks_differ_check(r);
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_NE(c.evidence.find("1 draws inside tensor-parallel regions differ across 2 ranks"), std::string::npos) << c.evidence;
+  c = outside_masks_equal_check(r);
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_EQ(c.evidence, "1 draws outside tensor-parallel regions equal on 2 ranks");
+}
+
+TEST(Ranks, RecomputeThatDiffersOnOneRankIsIncorrect) {  // planted: tp-recompute-stale
+  GroupObservation o = clean();
+  o.rank[1].inside_recompute = "00000000000000ff";
+  CheckResult c = rank_recompute_equal_check(o.result(group_case()));
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_EQ(c.reason, "1 of 4 recompute draws: rank 1 step 0 attention0.core mb 0: recompute 00000000000000ff != forward "
+                      "00000000000000a1");
+}
+
+TEST(Ranks, CheckpointedDrawNotRecomputedIsIncorrect) {
+  GroupObservation o = clean();
+  o.rank[0].with_inside = false;  // rank 0 then has only the mlp's draws; drop its recompute by hand
+  sut::Message m = o.message();
+  Json& masks = m.header["steps"][0]["ranks"][0]["masks"];
+  masks.erase(masks.size() - 1);
+  CheckResult c = rank_recompute_equal_check(sut::run_result_of(m, group_case()));
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_NE(c.reason.find("rank 0 step 0 mlp1.dropout mb 0: a checkpointed forward draw was not recomputed"), std::string::npos)
+      << c.reason;
+}
+
+TEST(Ranks, EqualMasksInsideRegionsAreIncorrect) {  // planted: tp-seed-shared
+  GroupObservation o = clean();
+  o.rank[1].inside = o.rank[1].inside_recompute = o.rank[0].inside;
+  CheckResult c = tp_masks_differ_check(o.result(group_case()));
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_EQ(c.reason, "ranks 0 and 1 drew equal masks in 1 of 1 draws inside tensor-parallel regions (first: step 0 "
+                      "attention0.core mb 0; chance 10^-10.7)");
+}
+
+TEST(Ranks, SmallMasksInsideRegionsAreSkipped) {
+  GroupObservation o = clean();
+  o.rank[0].inside_numel = o.rank[1].inside_numel = 8;  // (0.2^2 + 0.8^2)^8: 10^-1.3, no evidence
+  o.rank[1].inside = o.rank[0].inside;
+  CheckResult c = tp_masks_differ_check(o.result(group_case()));
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_NE(c.reason.find("the masks are too small to tell ranks apart"), std::string::npos) << c.reason;
+}
+
+TEST(Ranks, DifferentMasksOutsideRegionsAreIncorrect) {  // planted: dp-seed-per-rank
+  GroupObservation o = clean();
+  o.rank[1].outside = o.rank[1].outside_recompute = "00000000000000b1";
+  CheckResult c = outside_masks_equal_check(o.result(group_case()));
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_EQ(c.reason, "step 0 mlp1.dropout mb 0: rank 1 drew 00000000000000b1, rank 0 00000000000000b0 (outside "
+                      "tensor-parallel regions masks are equal)");
+  // and the inside draws alone say nothing of it
+  EXPECT_EQ(tp_masks_differ_check(o.result(group_case())).disposition, Disposition::Passed);
+}
+
+TEST(Ranks, NoDrawsAreSkippedWithTheReason) {
+  GroupObservation o = clean();
+  o.rank[0].with_inside = o.rank[1].with_inside = false;
+  CheckResult c = tp_masks_differ_check(o.result(group_case()));
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason, "no dropout draw inside a tensor-parallel region");
+  GroupObservation one = clean();
+  one.group = false;  // one rank: every check skipped
+  const training::RunResult r = one.result(group_case());
+  for (const CheckResult& k : {rank_recompute_equal_check(r), tp_masks_differ_check(r), outside_masks_equal_check(r),
+                               grads_match_one_rank_check(r, one_rank_run(one))}) {
+    EXPECT_EQ(k.disposition, Disposition::Skipped) << k.property;
+    EXPECT_EQ(k.reason, "the observation has no ranks (not a rank group's)") << k.property;
+  }
+}
+
+// No draw inside a region: the group's gradients compare with a one-rank run's.
+GroupObservation outside_only() {
+  GroupObservation o = clean();
+  o.rank[0].with_inside = o.rank[1].with_inside = false;
+  return o;
+}
+
+TEST(Ranks, GradientsWithinToleranceOfOneRankPass) {
+  GroupObservation g = outside_only();
+  GroupObservation one = g;
+  one.grad = {1.0f, 2.0f, 3.0f, 4.0000019f};  // relative L2 ~3.5e-7: another summation order
+  CheckResult c = grads_match_one_rank_check(g.result(group_case()), one_rank_run(one));
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_NE(c.evidence.find("6 tensors (24 elements) within 1e-05 of the one-rank run"), std::string::npos) << c.evidence;
+  EXPECT_NE(c.evidence.find("1 replicated gradients equal across 2 ranks"), std::string::npos) << c.evidence;
+}
+
+TEST(Ranks, GradientsBeyondToleranceAreIncorrect) {  // planted: tp-grad-not-reduced
+  GroupObservation g = outside_only();
+  GroupObservation one = g;
+  one.grad = {2.0f, 4.0f, 3.0f, 4.0f};  // partial sums: half of the first two
+  CheckResult c = grads_match_one_rank_check(g.result(group_case()), one_rank_run(one));
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_EQ(c.reason, "'grad 0 0 0': relative L2 error 0.33 > 1e-05 against the one-rank run");
+}
+
+TEST(Ranks, ReplicatedGradientsThatDifferAcrossRanksAreIncorrect) {
+  GroupObservation g = outside_only();
+  g.rank1_replicated = {1.0f, 2.0f, 3.0f, 5.0f};
+  CheckResult c = grads_match_one_rank_check(g.result(group_case()), one_rank_run(g));
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_NE(c.reason.find("'grad 0 0 1' of a replicated parameter: rank 1 differs from rank 0"), std::string::npos) << c.reason;
+}
+
+TEST(Ranks, GradientsAreNotComparedWhereRanksDrawTheirOwn) {
+  GroupObservation g = clean();  // a draw inside a region
+  CheckResult c = grads_match_one_rank_check(g.result(group_case()), one_rank_run(g));
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason, "1 draws inside tensor-parallel regions come from per-rank generators, a one-rank run draws others: "
+                      "its gradients differ by design");
+  properties::Run crashed;
+  crashed.crash = "torch worker: the worker exited with status 3";
+  c = grads_match_one_rank_check(outside_only().result(group_case()), crashed);
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason, "the one-rank twin crashed: torch worker: the worker exited with status 3");
+}
+
+TEST(Ranks, OneRankMasksThatDifferAreIncorrect) {
+  GroupObservation g = outside_only();
+  GroupObservation one = g;
+  one.rank[0].outside = one.rank[0].outside_recompute = "00000000000000c0";
+  CheckResult c = grads_match_one_rank_check(g.result(group_case()), one_rank_run(one));
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_EQ(c.reason, "step 0 mlp1.dropout mb 0: rank 0 drew 00000000000000b0, the one-rank run 00000000000000c0");
+}
+
+TEST(Ranks, JudgedOnlyWithARankGroup) {
+  OracleOptions opts;
+  for (const char* p : {"rank_recompute_equal", "tp_masks_differ", "outside_masks_equal", "grads_match_one_rank"}) {
+    EXPECT_TRUE(ranks_property(p)) << p;
+    EXPECT_FALSE(selected(opts, p)) << p;  // recap's runtime: one rank
+  }
+  EXPECT_FALSE(ranks_property("rng_ledger"));
+}
+
+GenConfig group_config() {
+  GenConfig group;
+  group.caps.tp = {2};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  return group;
+}
+
+TEST(Ranks, GeneratorsDrawTpOnlyFromAGroup) {
+  const auto one = gen_case({});  // recap's own capabilities: no tp
+  const auto group = gen_case(group_config());
+  int tp2 = 0, tp1 = 0;
+  for (int i = 0; i < 200; ++i) {
+    const rc::Random seed(static_cast<uint64_t>(i) * 7919 + 13);
+    EXPECT_EQ(one(seed, rc::kNominalSize).value().tp, 1);
+    const CaseSpec b = group(seed, rc::kNominalSize).value();
+    ASSERT_TRUE(b.tp == 1 || b.tp == 2) << b.tp;
+    if (b.tp == 1) {
+      ++tp1;
+      continue;
+    }
+    ++tp2;
+    EXPECT_EQ(b.executor, training::ExecutorKind::Eager);  // the group runs eagerly only
+    EXPECT_EQ(training::validate(b), "");
+    for (const auto& l : b.model.layers)
+      if (models::find_layer_kind(l.kind)->uses_heads) EXPECT_EQ(l.heads % 2, 0) << l.kind;
+  }
+  EXPECT_GT(tp1, 20);
+  EXPECT_GT(tp2, 20);
+}
+
+// tp shrinks first, toward 1: a case of tp 2's first shrink is the case on one rank, and a failure
+// that needs tp 2 keeps it while everything else shrinks.
+TEST(Ranks, TpShrinksFirstTowardOneRank) {
+  const auto group = gen_case(group_config());
+  int checked = 0;
+  for (int i = 0; i < 50 && checked < 5; ++i) {
+    auto s = group(rc::Random(static_cast<uint64_t>(i) * 104729 + 7), rc::kNominalSize);
+    if (s.value().tp != 2) continue;
+    ++checked;
+    auto first = s.shrinks().next();
+    ASSERT_TRUE(static_cast<bool>(first));
+    EXPECT_EQ(first->value().tp, 1);
+    // "fails only at tp 2": greedy, the first shrink that keeps tp 2
+    for (int guard = 0; guard < 10000; ++guard) {
+      auto seq = s.shrinks();
+      bool moved = false;
+      while (auto c = seq.next())
+        if (c->value().tp == 2) {
+          s = *c;
+          moved = true;
+          break;
+        }
+      if (!moved) break;
+    }
+    EXPECT_EQ(s.value().tp, 2);
+    EXPECT_EQ(s.value().model.layers.size(), 1u);
+  }
+  EXPECT_EQ(checked, 5);
+}
+
+// A rank group's findings are named by what breaks across ranks (not in the bug catalogue but 17).
+TEST(Ranks, FindingsAreDiagnosed) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"tp_masks_differ", "- ranks draw equal masks inside tensor-parallel regions"},
+      {"rank_recompute_equal", "17 a rank's recompute draws other masks than its forward"},
+      {"outside_masks_equal", "- ranks draw different masks outside tensor-parallel regions"},
+      {"grads_match_one_rank", "- the group's gradients differ from one rank's"}};
+  for (const auto& [property, diagnosis] : cases) {
+    CaseReport r;
+    r.spec = group_case();
+    r.checks.push_back(bad(property, Disposition::Incorrect, "planted"));
+    const std::string d = diagnose(r);
+    EXPECT_NE(d.find(diagnosis + std::string(diagnosis).find(' ') + 1), std::string::npos) << property << ": " << d;
+  }
+}
+
+// A group sends every rank's own mask frames (`@<r>`): the ledger recap's fp64 oracles apply holds
+// rank 0's outside the regions and the ranks' masks in rank order inside them (the full mask).
+TEST(Ranks, MaskFramesOfTheRanksMakeTheFullMasks) {
+  sut::Message m = clean().message();
+  auto u8 = [](const std::string& name, char v, size_t n) {
+    sut::Frame f;
+    f.name = name;
+    f.dtype = "u8";
+    f.shape = {static_cast<int64_t>(n)};
+    f.bytes.assign(n, v);
+    return f;
+  };
+  m.frames.push_back(u8("mask 0 0 forward attention0.core core 0 @0", 1, 64));
+  m.frames.push_back(u8("mask 0 0 forward attention0.core core 0 @1", 0, 64));
+  m.frames.push_back(u8("mask 0 0 forward mlp1.dropout dropout 0 @0", 1, 64));
+  m.frames.push_back(u8("mask 0 0 forward mlp1.dropout dropout 0 @1", 1, 64));
+  const training::RunResult r = sut::run_result_of(m, group_case());
+  ASSERT_EQ(r.steps.size(), 1u);
+  int checked = 0;
+  for (const auto& e : r.steps[0].ledger) {
+    if (e.site.phase != runtime::Phase::Forward) continue;
+    ++checked;
+    if (e.site.layer == "attention0.core") {
+      ASSERT_EQ(e.mask.size(), 128u);  // both ranks' heads
+      EXPECT_EQ(e.count, 128u);
+      EXPECT_EQ(e.mask[0], 1);
+      EXPECT_EQ(e.mask[64], 0);
+    } else {
+      EXPECT_EQ(e.mask.size(), 64u);  // rank 0's
+      EXPECT_EQ(e.count, 64u);
+    }
+  }
+  EXPECT_EQ(checked, 2);
+  // a rank's frame missing: no bytes (the fp64 oracles then skip: masks not sent)
+  m.frames.erase(m.frames.end() - 3);
+  const training::RunResult partial = sut::run_result_of(m, group_case());
+  for (const auto& e : partial.steps[0].ledger)
+    if (e.site.layer == "attention0.core") EXPECT_TRUE(e.mask.empty());
+}
+
+}  // namespace
+}  // namespace recap::properties
