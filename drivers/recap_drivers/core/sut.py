@@ -331,10 +331,12 @@ class SUT:
                 del data
                 lap("model_build_ms")
             except BuildFailure as e:
+                lap("model_build_ms")  # the build that failed, not the cleanup's time
                 rec = build_failure_record(run_case, e)
                 reply = replies.measurement(rid, rec, None, c.replays, self.device, t0)
                 return reply
             except SkipCase as e:
+                lap("model_build_ms")
                 reply = replies.measurement_skipped(rid, str(e), t0)
                 return reply
             runner.measuring = True
