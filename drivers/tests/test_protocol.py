@@ -96,7 +96,23 @@ class FramingTest(unittest.TestCase):
             protocol.read_message(io.BytesIO(b'{"op":"hello"'))  # no newline
 
 
+class RetiringSUT(FakeSUT):
+    """A SUT that still holds memory after its measurement: it asks to be replaced, and says how much."""
+    retire = True
+    held_after = 3 << 30
+
+    def measure(self, header):
+        return {"op": "measurement", "id": header["id"], "status": "ok", "reason": "", "timings": {"run_ms": 1.0}}
+
+
 class LoopTest(unittest.TestCase):
+    def test_a_retiring_measurement_says_what_it_still_holds(self):
+        out = io.BytesIO()
+        serve(RetiringSUT, io.BytesIO(protocol.encode_message({"op": "measure", "id": 4})), out, log=io.StringIO())
+        out.seek(0)
+        h, _ = read(out)
+        self.assertEqual((h["op"], h["retire"], h["held_after"]), ("measurement", True, 3 << 30))
+
     def test_malformed_then_serving(self):
         data = (b"garbage\n" + protocol.encode_message({"op": "hello", "protocol": "recap.worker/1"}) +
                 protocol.encode_message({"op": "bogus", "id": 1}) +

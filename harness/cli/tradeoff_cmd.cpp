@@ -726,8 +726,11 @@ std::string request_breakdown(const Outcome& o) {
     s += sep + name + " " + fixed(v / 1e3, "%.1f") + " s";
     sep = ", ";
   }
-  if (o.measured->worker_replaced == "retire") s += "; the worker then retired (memory still held), the next starts a new one";
-  else if (!o.measured->worker_replaced.empty()) s += "; the worker then exited (" + o.measured->worker_replaced + ")";
+  const std::string& why = o.measured->worker_replaced;
+  if (why.rfind("retire", 0) == 0)
+    s += "; the worker then retired" + (why.size() > 6 ? why.substr(6) : std::string(" (memory still held)")) +
+         ", the next starts a new one";
+  else if (!why.empty()) s += "; the worker then exited (" + why + ")";
   return s;
 }
 

@@ -108,6 +108,8 @@ Measurement measurement_from_json(const Json& j) {
   m.note = string_at(j, "note", w);
   for (const char* key : {"retire", "fatal"})  // measure_request has replaced the worker
     if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>() && m.worker_replaced.empty()) m.worker_replaced = key;
+  if (m.worker_replaced == "retire" && j.contains("held_after") && j["held_after"].is_number_integer())
+    m.worker_replaced += " (" + std::to_string(j["held_after"].get<int64_t>() >> 20) + " MiB still held)";
   if (j.contains("timings") && j["timings"].is_object()) {  // informative: never a reason to refuse the reply
     const Json& t = j["timings"];
     if (t.contains("run_ms") && t["run_ms"].is_number()) m.request_ms = t["run_ms"].get<double>();

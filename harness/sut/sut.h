@@ -70,8 +70,9 @@ struct Measurement {
   // data_ms, model_build_ms, run_ms, cleanup_ms); empty for recap's runtime in process.
   std::optional<double> request_ms;
   std::map<std::string, double> request_phases_ms;
-  // The worker asked to be replaced after it (`retire`: its memory stayed held; `fatal`): the next
-  // request starts a new worker, whose start-up is then part of the time between measurements.
+  // The worker asked to be replaced after it (`retire`, with " (N MiB still held)" when the reply
+  // says; `fatal`): the next request starts a new worker, whose start-up is then part of the time
+  // between measurements.
   std::string worker_replaced;
 };
 Json measurement_to_json(const Measurement& m);

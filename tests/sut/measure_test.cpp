@@ -137,6 +137,9 @@ TEST(Measure, TheWorkersOwnTimingsAndItsRetirementAreRead) {
   EXPECT_EQ(r.request_ms, 12.5);
   EXPECT_EQ(r.request_phases_ms, (std::map<std::string, double>{{"data_ms", 2.0}, {"run_ms", 9.5}}));  // not a number: left out
   EXPECT_EQ(r.worker_replaced, "retire");
+  j["held_after"] = int64_t{1536} << 20;
+  EXPECT_EQ(measurement_from_json(j).worker_replaced, "retire (1536 MiB still held)");
+  j.erase("held_after");
   j["retire"] = false;
   j["timings"] = "soon";  // informative only: never a reason to refuse a measurement
   Measurement q = measurement_from_json(j);

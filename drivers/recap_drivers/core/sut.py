@@ -140,6 +140,7 @@ class SUT:
         self.base_allocated = torch.cuda.memory_allocated(self.device) if self.graphs else 0
         self.base_reserved = torch.cuda.memory_reserved(self.device) if self.graphs else 0
         self.retire = False  # worker.serve adds `retire` to the reply and the client replaces us
+        self.held_after = 0  # bytes still allocated or reserved after the last case (the reason to retire)
         # a graphed case's determinism check's first eager run, which answers its eager twin's
         # request (PROTOCOL.md, section 6): (eager_key, the run's record) or None
         self.held_eager: Optional[Tuple[str, RunRecord]] = None
@@ -421,6 +422,7 @@ class SUT:
                     print(f"recap_drivers: {held >> 20} MiB still allocated or reserved after case {c.name!r}",
                           file=sys.stderr, flush=True)
                     leak_report(held)
+                self.held_after = int(held)
                 self.retire = self.retire or (self.retire_bytes > 0 and held > self.retire_bytes)
                 if trace:
                     memory_trace(self.device, c.name, held, stray)

@@ -138,6 +138,7 @@ def serve(sut_factory: Callable[[], Any], inp: BinaryIO, out: BinaryIO, log: Tex
                 continue
             if getattr(s, "retire", False):
                 reply["retire"] = True
+                reply["held_after"] = int(getattr(s, "held_after", 0))  # why: recap tradeoff prints it
             write_message(out, reply)
             if reply.get("fatal"):
                 print("recap worker: exiting after a fatal device error", file=log)
