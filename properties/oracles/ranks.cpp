@@ -17,6 +17,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "harness/base/hash.h"
 #include "models/check.h"
 #include "properties/oracles/oracle.h"
 
@@ -93,6 +94,18 @@ double site_p(const training::CaseSpec& spec, const std::string& layer) {
 double log10_chance(double p, uint64_t numel) {
   const double q = p * p + (1 - p) * (1 - p);
   return q > 0 && q < 1 ? static_cast<double>(numel) * std::log10(q) : 0.0;
+}
+
+// ||a - b|| / ||b||, ||a - b|| when b is all zero (as ranks_check.py: a one-rank gradient of zeros
+// is matched absolutely), over the common length (callers compare sizes first).
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
 }  // namespace
@@ -204,16 +217,6 @@ CheckResult outside_masks_equal_check(const RunResult& r) {
                        std::to_string(tables.size()) + " ranks");
 }
 
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
 CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   const char* p = "grads_match_one_rank";
   if (!group.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
@@ -238,9 +241,7 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
     for (const auto& e : s.ledger) {
       if (e.generator != "mask" || e.site.phase != runtime::Phase::Forward) continue;
       const int index = seen[{e.site.layer, e.site.op, e.site.microbatch}]++;
-      char hex[17];
-      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(e.seed));
-      one_masks[{s.step, e.site.layer, e.site.op, e.site.microbatch, index}] = hex;
+      one_masks[{s.step, e.site.layer, e.site.op, e.site.microbatch, index}] = hex64(e.seed);
     }
   }
   auto digest_value = [](const std::string& d) { return d.empty() ? uint64_t{0} : std::stoull(d, nullptr, 16); };
