@@ -9,6 +9,8 @@
 #   differential I/N  shard I of N of the 520-case differential against sim (small tensors)
 #   rates          torch and megatron@0.19.2 --no-checkpoint, 16 jobs, 120 s of cases each
 #   checks         recap mutants --backend cuda --fault cuda-dropout-offset; compute-sanitizer, every tool
+#   kernels        the large cases of cases/ (session 10's slowest) replayed with --profile, then under
+#                  ncu (gpu__time_duration per kernel, graph nodes included), summed by ncu_summary.py
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue21/run.sh campaign 0/4
 set -u
 . scripts/gpu-out.sh
@@ -53,12 +55,19 @@ case ${1:-} in
       --chunk-cases 10 --time-budget 120 --shrink-limit 4 --known-findings corpus/known-findings/megatron-0.19.2.json \
       --worker-env "PYTHONPATH=/tmp/recap-site-0.19.2:$PWD/drivers" --corpus-dir "$o/c-mcore" --report "$o/mcore.json" \
       > "$o/mcore.log" 2>&1; echo "exit $?" >> "$o/mcore.log" ;;
+  kernels)  # where the large cases' GPU time goes, kernel by kernel (results/h200/2026-12-03-issue21-s10)
+    for f in results/h200/next-issue21/cases/*.json; do n=$(basename "$f" .json)
+      timeout -k 10 60 "$B" replay "$f" --backend cuda --profile > "$o/$n-replay.log" 2>&1; echo "exit $?" >> "$o/$n-replay.log"
+      timeout -k 10 $(( $(left) / 2 )) ncu --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
+        --log-file "$o/$n-ncu.csv" "$B" replay "$f" --backend cuda > "$o/$n-ncu.log" 2>&1; echo "exit $?" >> "$o/$n-ncu.log"
+    done
+    python3 results/h200/next-issue21/ncu_summary.py "$o"/*-ncu.csv > "$o/kernels.txt" 2>&1; cat "$o/kernels.txt" ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=60 SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh 3 > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
