@@ -149,15 +149,26 @@ std::string context_table(const std::vector<std::pair<std::string, std::string>>
 
 // ---- trade-off reports --------------------------------------------------------------------------
 
+// A reason of more than a line folds under its first words: a framework's error message can run to
+// a paragraph, and unfolded it made its row a screen tall (results/h200/2026-12-03-issue19-s10).
+std::string folded(const std::string& text) {
+  constexpr size_t kShown = 120;
+  if (text.size() <= kShown) return esc(text);
+  size_t cut = text.rfind(' ', kShown);
+  if (cut == std::string::npos || cut < kShown / 2) cut = kShown;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+  return "<details><summary>" + esc(text.substr(0, cut)) + " &hellip;</summary>" + esc(text) + "</details>";
+}
+
 void verdict_cell(std::string* s, const Configuration& c) {
   *s += "<td class=\"verdict\"><span class=\"v v-" + esc(c.verdict) + "\">" + esc(c.verdict) + "</span>";
   for (const auto& f : c.findings) {
     *s += "<div class=\"finding\">" + (f.id.empty() ? "" : "<b>" + esc(f.id) + "</b> ") + "<code>" + esc(f.bucket) + "</code>";
-    if (!f.reason.empty()) *s += "<div>" + esc(f.reason) + "</div>";
+    if (!f.reason.empty()) *s += "<div>" + folded(f.reason) + "</div>";
     if (!f.corpus_file.empty()) *s += "<div><code class=\"cmd\">recap replay " + esc(f.corpus_file) + "</code></div>";
     *s += "</div>";
   }
-  if (!c.reason.empty()) *s += "<div class=\"reason\">" + esc(c.reason) + "</div>";
+  if (!c.reason.empty()) *s += "<div class=\"reason\">" + folded(c.reason) + "</div>";
   *s += "</td>";
 }
 
