@@ -2,6 +2,7 @@
 // with the case's `expected` {disposition, property, error}; prints, for a case whose checks
 // diverged, the step-by-step table of the run against its reference with the first divergence
 // marked. Exit 0 every verdict as expected, 1 one differs, 2 a file does not load.
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -211,8 +212,10 @@ ReplayOutcome replay_case(const std::string& path, const CaseSpec& spec, const s
                 out.disposition.c_str());
     if (!out.first_failure.empty()) std::printf(": %s", out.first_failure.c_str());
     std::printf("\n");
+    int width = 17;  // the longest property name printed, so that the dispositions line up
+    for (const auto& c : rep.checks) width = std::max(width, static_cast<int>(c.property.size()));
     for (const auto& c : rep.checks) {
-      std::printf("  %-17s %s", c.property.c_str(), properties::disposition_name(c.disposition).c_str());
+      std::printf("  %-*s %s", width, c.property.c_str(), properties::disposition_name(c.disposition).c_str());
       if (!c.reason.empty()) std::printf(": %s", c.reason.c_str());
       if (!c.evidence.empty()) std::printf(c.reason.empty() ? ": %s" : " [evidence: %s]", c.evidence.c_str());
       if (!c.api.empty() && !c.cuda_error.empty()) std::printf(" [%s: %s]", c.api.c_str(), c.cuda_error.c_str());

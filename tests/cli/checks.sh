@@ -734,11 +734,11 @@ sut_torch_ranks_faults)
     grep -q "$2" "$1" || fail "$3 (no line '$2' in $1)"
   }
   expect clean.txt "rank_recompute_equal passed: 24 recompute draws on 2 ranks equal their forward draws" "clean masks: rank_recompute_equal"
-  expect clean.txt "tp_masks_differ   passed: 6 draws inside tensor-parallel regions differ across 2 ranks" "clean masks: tp_masks_differ"
-  expect clean.txt "outside_masks_equal passed: 6 draws outside" "clean masks: outside_masks_equal"
+  expect clean.txt "tp_masks_differ      passed: 6 draws inside tensor-parallel regions differ across 2 ranks" "clean masks: tp_masks_differ"
+  expect clean.txt "outside_masks_equal  passed: 6 draws outside" "clean masks: outside_masks_equal"
   expect clean.txt "grads_match_one_rank skipped: 6 draws inside tensor-parallel regions come from per-rank generators" "clean masks: grads skipped"
   expect clean.txt "grads_match_one_rank passed: 300 tensors (30624 elements) within 1e-05 of the one-rank run" "clean grads: grads_match_one_rank"
-  expect clean.txt "tp_masks_differ   skipped: no dropout draw inside a tensor-parallel region" "clean grads: nothing inside regions"
+  expect clean.txt "tp_masks_differ      skipped: no dropout draw inside a tensor-parallel region" "clean grads: nothing inside regions"
   expect clean.txt "rank_recompute_equal skipped: tp 1: one rank, nothing to compare across ranks" "a tp 1 case: skipped with the reason"
   validate_report clean.json
   ranks="rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank"
@@ -755,12 +755,12 @@ sut_torch_ranks_faults)
   # The fp64 reference applies the group's masks (the ranks' own, assembled in rank order inside the
   # regions) to the full model: it passes on the clean group, where draws inside regions leave
   # grads_match_one_rank nothing to compare, and catches the unreduced gradient there.
-  expect clean.txt "reference         passed: step 0, microbatch 0: 8 gradients against fp64" "clean masks: reference"
+  expect clean.txt "reference            passed: step 0, microbatch 0: 8 gradients against fp64" "clean masks: reference"
   "$recap" replay --sut torch --backend sim "$masks" --property reference,grads_match_one_rank \
     --worker-env RECAP_RANK_FAULT=tp-grad-not-reduced > unreduced.txt 2> err.txt
   rc=$?; cat unreduced.txt
   [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "tp-grad-not-reduced on tp2-masks: exit $rc, expected 1"; }
-  expect unreduced.txt "reference         incorrect: step 0 vs the fp64 reference" "tp-grad-not-reduced: the reference"
+  expect unreduced.txt "reference            incorrect: step 0 vs the fp64 reference" "tp-grad-not-reduced: the reference"
   expect unreduced.txt "grads_match_one_rank skipped" "tp-grad-not-reduced on tp2-masks: nothing for grads_match_one_rank"
   ;;
 sut_torch_ranks_fuzz_shrinks)
