@@ -133,6 +133,13 @@ std::vector<std::string> gpu_lines(const Json& gpus) {
     lines.push_back("gpu " + what + ": " + jobs_text(dev["jobs"]) + ", " + std::to_string(dev["cases"].get<int>()) +
                     " cases, " + rate + " cases/min");
   }
+  for (const Json& j : gpus["jobs"]) {  // a worker that saw another device than it was given: said, not hidden
+    const Json& seen = j["observed"].is_object() ? j["observed"]["cuda_visible_devices"] : Json();
+    if (j["observed"].is_object() && seen != j["cuda_visible_devices_set"])
+      lines.push_back("gpu mismatch: job " + std::to_string(j["job"].get<int>()) + " was given CUDA_VISIBLE_DEVICES=" +
+                      j["cuda_visible_devices_set"].get<std::string>() + ", its worker saw " +
+                      (seen.is_string() ? seen.get<std::string>() : std::string("it unset")));
+  }
   for (const Json& j : gpus["jobs"])
     if (j["observed"].is_null())
       lines.push_back("gpu unknown: job " + std::to_string(j["job"].get<int>()) + " (given GPU " +

@@ -619,6 +619,21 @@ assert [j["cuda_visible_devices_set"] for j in hj] == ["7", "7"] and h["gpus"]["
 print("gpus: jobs", [(j["job"], j["observed"]["cuda_visible_devices"], j["cases"]) for j in jobs], "devices", len(devs))
 PY
   validate_report g.json
+  # What the report says is what the workers saw, not what recap set: a worker interpreter that
+  # changes CUDA_VISIBLE_DEVICES to 9 before torch starts is reported as seeing 9, on one device.
+  wpy=${RECAP_PYTHON:-python3}  # not $py: validate_report sets it to a python3 with jsonschema
+  printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=9 exec "%s" "$@"\n' "$wpy" > py9; chmod +x py9
+  PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --worker-python "$PWD/py9" --gpus 0,1 --jobs 2 --cases 2 \
+    --chunk-cases 1 --seed 1 --corpus-dir found --report m.json > out3.txt 2> err3.txt
+  rc=$?; tail -4 out3.txt
+  [ "$rc" -eq 0 ] || { tail -5 err3.txt; fail "a worker that saw 9: exit $rc"; }
+  grep -q "^  gpu mismatch: job 1 was given CUDA_VISIBLE_DEVICES=1, its worker saw 9$" out3.txt || fail "no mismatch line"
+  python3 - m.json <<'PY' || fail "the observed value"
+import json, sys
+s = json.load(open(sys.argv[1]))["gpus"]
+assert [(j["cuda_visible_devices_set"], j["observed"]["cuda_visible_devices"]) for j in s["jobs"]] == [("0", "9"), ("1", "9")], s["jobs"]
+assert [(d["key"], d["jobs"]) for d in s["devices"]] == [("cpu CUDA_VISIBLE_DEVICES=9", [0, 1])], s["devices"]
+PY
   # the same campaign without --gpus: the same cases and verdicts (where jobs run decides nothing)
   "$recap" fuzz --sut torch --backend sim --jobs 3 --cases 6 --chunk-cases 1 --seed 1 --corpus-dir found2 \
     --report n.json > /dev/null 2>&1 || fail "without --gpus: exit $?"
