@@ -143,7 +143,7 @@ std::vector<std::string> gpu_lines(const Json& gpus) {
   for (const Json& j : gpus["jobs"])
     if (j["observed"].is_null())
       lines.push_back("gpu unknown: job " + std::to_string(j["job"].get<int>()) + " (given GPU " +
-                      std::to_string(j["requested"].get<int>()) + ") ended before it said which device it used, " +
+                      std::to_string(j["requested"].get<int>()) + ") did not say which device it used (it ended first, or its worker's hello has no visible_device), " +
                       std::to_string(j["cases"].get<int>()) + " cases");
   std::snprintf(rate, sizeof rate, "%.1f", gpus["cases_per_minute"].get<double>());
   lines.push_back("gpus total: " + std::to_string(gpus["cases"].get<int>()) + " cases, " + rate + " cases/min");

@@ -73,7 +73,7 @@ struct JobDevice {
   std::string shard;           // the job's shard, i/n
   int requested = -1;          // the --gpus ordinal it was given
   std::string visible_set;     // the CUDA_VISIBLE_DEVICES recap set for it
-  bool observed = false;       // false: the job died before it said (the fields below are empty)
+  bool observed = false;       // false: the job died before it said, or its worker's hello has no visible_device
   bool visible_seen_set = false;  // CUDA_VISIBLE_DEVICES was set in the worker's environment
   std::string visible_seen;    // its value there
   std::string device;          // the device name the worker reported ("NVIDIA H200", "cpu", "sim")
