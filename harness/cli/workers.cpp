@@ -225,14 +225,20 @@ CampaignResult run_workers(const CampaignOptions& o) {
     if (o.progress && std::chrono::steady_clock::now() - last > std::chrono::milliseconds(200)) {
       last = std::chrono::steady_clock::now();
       int done = 0, failures = 0;
+      std::vector<int> per_gpu(o.gpus.size(), 0);  // --gpus: cases done by the jobs given each GPU
       for (const auto& w : workers) {
         int f = 0;
-        done += read_progress(w.out, &f);
+        const int d = read_progress(w.out, &f);
+        done += d;
         failures += f;
+        if (w.gpu >= 0) per_gpu[std::find(o.gpus.begin(), o.gpus.end(), w.gpu) - o.gpus.begin()] += d;
       }
+      std::string extra;  // as given: which GPU each job's worker observed is known only from its result
+      for (size_t k = 0; k < per_gpu.size(); ++k)
+        extra += (k ? ", " : "given GPUs: ") + std::to_string(o.gpus[k]) + " " + std::to_string(per_gpu[k]) + " cases";
       int total = shard_cases(o.fuzz.cases, o.fuzz.chunk_cases, i, n);
       progress_line(done, total, failures, el,
-                    o.fuzz.time_budget_s > 0 ? std::max(0.0, o.fuzz.time_budget_s - el) : -1.0);
+                    o.fuzz.time_budget_s > 0 ? std::max(0.0, o.fuzz.time_budget_s - el) : -1.0, extra);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -578,10 +578,11 @@ fuzz_gpus_torch_jobs)
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   smi="$src/tests/cli/data/fake-nvidia-smi"
-  PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --gpus all --jobs 3 --cases 6 --chunk-cases 1 --seed 1 \
-    --corpus-dir found --report g.json > out.txt 2> err.txt
+  RECAP_PROGRESS_LINES=1 PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --gpus all --jobs 3 --cases 6 \
+    --chunk-cases 1 --seed 1 --corpus-dir found --report g.json > out.txt 2> err.txt
   rc=$?; cat out.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "exit $rc"; }
+  grep -q "^progress: .* left, given GPUs: 0 [0-9]* cases, 1 [0-9]* cases$" err.txt || fail "no per-GPU progress"
   grep -q "^  gpu none: cpu (CUDA_VISIBLE_DEVICES=0, the worker used no GPU): jobs 0, 2, 4 cases" out.txt ||
     fail "no summary line for GPU 0's jobs"
   grep -q "^  gpu none: cpu (CUDA_VISIBLE_DEVICES=1, the worker used no GPU): job 1, 2 cases" out.txt ||
