@@ -621,20 +621,25 @@ print("gpus: jobs", [(j["job"], j["observed"]["cuda_visible_devices"], j["cases"
 PY
   validate_report g.json
   # What the report says is what the workers saw, not what recap set: a worker interpreter that
-  # changes CUDA_VISIBLE_DEVICES to 9 before torch starts is reported as seeing 9, on one device.
+  # changes CUDA_VISIBLE_DEVICES to 9 before torch starts is reported as seeing 9 (job 0); a job
+  # that dies (RECAP_FAULT_ABORT: job 1 after its first case) said nothing, and is shown so.
   wpy=${RECAP_PYTHON:-python3}  # not $py: validate_report sets it to a python3 with jsonschema
   printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=9 exec "%s" "$@"\n' "$wpy" > py9; chmod +x py9
-  PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --worker-python "$PWD/py9" --gpus 0,1 --jobs 2 --cases 2 \
-    --chunk-cases 1 --seed 1 --corpus-dir found --report m.json > out3.txt 2> err3.txt
+  RECAP_FAULT_ABORT=1:1 PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --worker-python "$PWD/py9" --gpus 0,1 \
+    --jobs 2 --cases 4 --chunk-cases 1 --seed 1 --corpus-dir found --report m.json > out3.txt 2> err3.txt
   rc=$?; tail -4 out3.txt
-  [ "$rc" -eq 0 ] || { tail -5 err3.txt; fail "a worker that saw 9: exit $rc"; }
-  grep -q "^  gpu mismatch: job 1 was given CUDA_VISIBLE_DEVICES=1, its worker saw 9$" out3.txt || fail "no mismatch line"
+  [ "$rc" -eq 1 ] || { tail -5 err3.txt; fail "a worker that saw 9 and a job that died: exit $rc, expected 1"; }
+  grep -q "^  gpu mismatch: job 0 was given CUDA_VISIBLE_DEVICES=0, its worker saw 9$" out3.txt || fail "no mismatch line"
+  grep -q "^  gpu unknown: job 1 (given GPU 1) did not say which device it used" out3.txt || fail "no line for the dead job"
   python3 - m.json <<'PY' || fail "the observed value"
 import json, sys
 s = json.load(open(sys.argv[1]))["gpus"]
-assert [(j["cuda_visible_devices_set"], j["observed"]["cuda_visible_devices"]) for j in s["jobs"]] == [("0", "9"), ("1", "9")], s["jobs"]
-assert [(d["key"], d["jobs"]) for d in s["devices"]] == [("cpu CUDA_VISIBLE_DEVICES=9", [0, 1])], s["devices"]
+assert [(j["cuda_visible_devices_set"], j["observed"]) for j in s["jobs"]] == \
+    [("0", {"cuda_visible_devices": "9", "device": "cpu", "uuid": None, "pci_bus_id": None}), ("1", None)], s["jobs"]
+assert [(d["key"], d["jobs"], d["cases"]) for d in s["devices"]] == [("cpu CUDA_VISIBLE_DEVICES=9", [0], 2)], s["devices"]
+assert s["unobserved_jobs"] == [1], s
 PY
+  validate_report m.json
   # the same campaign without --gpus: the same cases and verdicts (where jobs run decides nothing)
   "$recap" fuzz --sut torch --backend sim --jobs 3 --cases 6 --chunk-cases 1 --seed 1 --corpus-dir found2 \
     --report n.json > /dev/null 2>&1 || fail "without --gpus: exit $?"
