@@ -121,6 +121,7 @@ std::vector<std::string> gpu_lines(const Json& gpus) {
     for (size_t k = 0; k < a.size(); ++k) t += (k ? ", " : "") + std::to_string(a[k].get<int>());
     return t;
   };
+  auto n_cases = [](const Json& n) { return std::to_string(n.get<int>()) + (n.get<int>() == 1 ? " case" : " cases"); };
   char rate[64];
   for (const Json& dev : gpus["devices"]) {
     std::string seen;
@@ -130,8 +131,7 @@ std::vector<std::string> gpu_lines(const Json& gpus) {
     std::string what = dev["gpu"].get<bool>()
                            ? dev["key"].get<std::string>() + " (" + dev["device"].get<std::string>() + ", CUDA_VISIBLE_DEVICES=" + seen + ")"
                            : "none: " + dev["device"].get<std::string>() + " (CUDA_VISIBLE_DEVICES=" + seen + ", the worker used no GPU)";
-    lines.push_back("gpu " + what + ": " + jobs_text(dev["jobs"]) + ", " + std::to_string(dev["cases"].get<int>()) +
-                    " cases, " + rate + " cases/min");
+    lines.push_back("gpu " + what + ": " + jobs_text(dev["jobs"]) + ", " + n_cases(dev["cases"]) + ", " + rate + " cases/min");
   }
   for (const Json& j : gpus["jobs"]) {  // a worker that saw another device than it was given: said, not hidden
     const Json& seen = j["observed"].is_object() ? j["observed"]["cuda_visible_devices"] : Json();
@@ -143,10 +143,11 @@ std::vector<std::string> gpu_lines(const Json& gpus) {
   for (const Json& j : gpus["jobs"])
     if (j["observed"].is_null())
       lines.push_back("gpu unknown: job " + std::to_string(j["job"].get<int>()) + " (given GPU " +
-                      std::to_string(j["requested"].get<int>()) + ") did not say which device it used (it ended first, or its worker's hello has no visible_device), " +
-                      std::to_string(j["cases"].get<int>()) + " cases");
+                      std::to_string(j["requested"].get<int>()) +
+                      ") did not say which device it used (it ended first, or its worker's hello has no visible_device), " +
+                      n_cases(j["cases"]));
   std::snprintf(rate, sizeof rate, "%.1f", gpus["cases_per_minute"].get<double>());
-  lines.push_back("gpus total: " + std::to_string(gpus["cases"].get<int>()) + " cases, " + rate + " cases/min");
+  lines.push_back("gpus total: " + n_cases(gpus["cases"]) + ", " + rate + " cases/min");
   return lines;
 }
 

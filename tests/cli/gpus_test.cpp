@@ -140,7 +140,7 @@ TEST(GpusReport, DevicesAreWhatTheWorkersObserved) {
   EXPECT_EQ(lines[0], "gpu GPU-a (NVIDIA H200, CUDA_VISIBLE_DEVICES=0): jobs 0, 2, 7 cases, 14.0 cases/min");
   EXPECT_EQ(lines[1], "gpu GPU-b (NVIDIA H200, CUDA_VISIBLE_DEVICES=1): job 1, 5 cases, 5.0 cases/min");
   EXPECT_EQ(lines[2], "gpu unknown: job 3 (given GPU 1) did not say which device it used (it ended first, or its worker's hello has "
-            "no visible_device), 1 cases");
+            "no visible_device), 1 case");
   EXPECT_EQ(lines[3], "gpus total: 13 cases, 13.0 cases/min");
 }
 
