@@ -28,6 +28,7 @@ Json context_to_json(const RunContext& c) {
   if (!c.sut_name.empty()) j["sut"] = {{"name", c.sut_name}, {"version", c.sut_version}, {"device", c.sut_device}};
   if (!c.flags.is_null()) j["flags"] = c.flags;
   if (!c.merged_from.empty()) j["merged_from"] = c.merged_from;
+  if (!c.gpus.empty()) j["gpus"] = c.gpus;  // --gpus: the ordinals asked for (the report's "gpus": what ran where)
   return j;
 }
 

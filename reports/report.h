@@ -42,6 +42,7 @@ struct RunContext {
   // time_budget, known_findings), "flags" in the JSON when not null: recap merge compares them.
   Json flags;
   std::vector<std::string> merged_from;  // recap merge: the shard reports it merged, in shard order
+  std::vector<int> gpus;                 // --gpus: the device ordinals the jobs were spread over
 };
 Json context_to_json(const RunContext& c);
 // RECAP_GIT_COMMIT from the environment (a full or abbreviated hash, at least 7 hex digits),

@@ -146,6 +146,7 @@ void ConsoleReporter::report(const Outcome& o) {
     }
   }
   std::printf("  throughput: %.0f cases/min\n", cpm);
+  for (const auto& line : gpu_lines(gpus_json(r.gpus, r.job_devices, r.seconds))) std::printf("  %s\n", line.c_str());
   std::fputs(profile_table_text(profile_summary_json(outcome_case_reports(o))).c_str(), stdout);
   if (!o.interrupted.empty()) std::printf("  interrupted (%s): the results of the cases that ran\n", o.interrupted.c_str());
 }
@@ -168,6 +169,8 @@ Json report_json(const Outcome& o) {
   if (Json p = profile_summary_json(outcome_case_reports(o)); !p.is_null()) summary["profile"] = p;  // --profile
   rep["summary"] = summary;
   rep["cases"] = campaign ? Json(campaign->reports) : Json::array();
+  // --gpus: which jobs ran on which device, as their workers observed it
+  if (campaign && !campaign->job_devices.empty()) rep["gpus"] = gpus_json(campaign->gpus, campaign->job_devices, campaign->seconds);
   if (replays) {
     Json a = Json::array();
     for (const auto& r : *replays) {

@@ -3,6 +3,7 @@
 #include "reports/results.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace recap::reports {
 
@@ -28,6 +29,126 @@ Json property_counts_json(const CampaignResult& r) {
     j[p] = q;
   }
   return j;
+}
+
+Json job_device_to_json(const JobDevice& d) {
+  Json observed = nullptr;  // what the worker said, null when it died first
+  if (d.observed)
+    observed = {{"cuda_visible_devices", d.visible_seen_set ? Json(d.visible_seen) : Json(nullptr)},
+                {"device", d.device},
+                {"uuid", d.uuid.empty() ? Json(nullptr) : Json(d.uuid)},
+                {"pci_bus_id", d.pci_bus_id.empty() ? Json(nullptr) : Json(d.pci_bus_id)}};
+  return {{"job", d.job},        {"shard", d.shard},     {"requested", d.requested}, {"cuda_visible_devices_set", d.visible_set},
+          {"observed", observed}, {"cases", d.cases},     {"seconds", d.seconds},
+          {"cases_per_minute", d.seconds > 0 ? d.cases * 60.0 / d.seconds : 0.0}};
+}
+
+JobDevice job_device_from_json(const Json& j) {
+  JobDevice d;
+  d.job = j.value("job", 0);
+  d.shard = j.value("shard", std::string());
+  d.requested = j.value("requested", -1);
+  d.visible_set = j.value("cuda_visible_devices_set", std::string());
+  d.cases = j.value("cases", 0);
+  d.seconds = j.value("seconds", 0.0);
+  const Json o = j.value("observed", Json());
+  if (o.is_object()) {
+    d.observed = true;
+    const Json v = o.value("cuda_visible_devices", Json());
+    d.visible_seen_set = v.is_string();
+    if (v.is_string()) d.visible_seen = v.get<std::string>();
+    d.device = o.value("device", std::string());
+    if (o.value("uuid", Json()).is_string()) d.uuid = o["uuid"].get<std::string>();
+    if (o.value("pci_bus_id", Json()).is_string()) d.pci_bus_id = o["pci_bus_id"].get<std::string>();
+  }
+  return d;
+}
+
+Json gpus_json(const std::vector<int>& requested, const std::vector<JobDevice>& jobs, double seconds) {
+  if (jobs.empty()) return nullptr;
+  Json js = Json::array(), devices = Json::array(), unobserved = Json::array();
+  std::vector<std::string> keys;  // devices in the order of their first job
+  int cases = 0;
+  for (const JobDevice& d : jobs) {
+    js.push_back(job_device_to_json(d));
+    cases += d.cases;
+    if (!d.observed) {
+      unobserved.push_back(d.job);
+      continue;
+    }
+    // a device is what the worker used: its uuid, else its bus id, else (no GPU) what it was shown
+    const std::string key = !d.uuid.empty()         ? d.uuid
+                            : !d.pci_bus_id.empty() ? d.pci_bus_id
+                                                    : d.device + " CUDA_VISIBLE_DEVICES=" +
+                                                          (d.visible_seen_set ? d.visible_seen : "(unset)");
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      devices.push_back({{"key", key},
+                         {"device", d.device},
+                         {"uuid", d.uuid.empty() ? Json(nullptr) : Json(d.uuid)},
+                         {"pci_bus_id", d.pci_bus_id.empty() ? Json(nullptr) : Json(d.pci_bus_id)},
+                         {"gpu", !d.uuid.empty() || !d.pci_bus_id.empty()},
+                         {"cuda_visible_devices", Json::array()},
+                         {"jobs", Json::array()},
+                         {"cases", 0},
+                         {"seconds", 0.0}});
+      it = keys.end() - 1;
+    }
+    Json& dev = devices[static_cast<size_t>(it - keys.begin())];
+    const Json seen = d.visible_seen_set ? Json(d.visible_seen) : Json(nullptr);
+    if (std::find(dev["cuda_visible_devices"].begin(), dev["cuda_visible_devices"].end(), seen) == dev["cuda_visible_devices"].end())
+      dev["cuda_visible_devices"].push_back(seen);
+    dev["jobs"].push_back(d.job);
+    dev["cases"] = dev["cases"].get<int>() + d.cases;
+    // its jobs ran side by side: the device's time is its slowest job's
+    dev["seconds"] = std::max(dev["seconds"].get<double>(), d.seconds);
+  }
+  for (Json& dev : devices) {
+    const double s = dev["seconds"].get<double>();
+    dev["cases_per_minute"] = s > 0 ? dev["cases"].get<int>() * 60.0 / s : 0.0;
+  }
+  return {{"requested", requested}, {"jobs", js},       {"devices", devices},
+          {"unobserved_jobs", unobserved}, {"cases", cases}, {"seconds", seconds},
+          {"cases_per_minute", seconds > 0 ? cases * 60.0 / seconds : 0.0}};
+}
+
+std::vector<std::string> gpu_lines(const Json& gpus) {
+  std::vector<std::string> lines;
+  if (!gpus.is_object()) return lines;
+  auto jobs_text = [](const Json& a) {
+    std::string t = a.size() == 1 ? "job " : "jobs ";
+    for (size_t k = 0; k < a.size(); ++k) t += (k ? ", " : "") + std::to_string(a[k].get<int>());
+    return t;
+  };
+  auto n_cases = [](const Json& n) { return std::to_string(n.get<int>()) + (n.get<int>() == 1 ? " case" : " cases"); };
+  char rate[64];
+  for (const Json& dev : gpus["devices"]) {
+    std::string seen;
+    for (const Json& v : dev["cuda_visible_devices"])
+      seen += (seen.empty() ? "" : " and ") + (v.is_string() ? v.get<std::string>() : std::string("(unset)"));
+    std::snprintf(rate, sizeof rate, "%.1f", dev["cases_per_minute"].get<double>());
+    std::string what = dev["gpu"].get<bool>()
+                           ? dev["key"].get<std::string>() + " (" + dev["device"].get<std::string>() + ", CUDA_VISIBLE_DEVICES=" + seen + ")"
+                           : "none: " + dev["device"].get<std::string>() + " (CUDA_VISIBLE_DEVICES=" + seen + ", the worker used no GPU)";
+    lines.push_back("gpu " + what + ": " + jobs_text(dev["jobs"]) + ", " + n_cases(dev["cases"]) + ", " + rate + " cases/min");
+  }
+  for (const Json& j : gpus["jobs"]) {  // a worker that saw another device than it was given: said, not hidden
+    const Json& seen = j["observed"].is_object() ? j["observed"]["cuda_visible_devices"] : Json();
+    if (j["observed"].is_object() && seen != j["cuda_visible_devices_set"])
+      lines.push_back("gpu mismatch: job " + std::to_string(j["job"].get<int>()) + " was given CUDA_VISIBLE_DEVICES=" +
+                      j["cuda_visible_devices_set"].get<std::string>() + ", its worker saw " +
+                      (seen.is_string() ? seen.get<std::string>() : std::string("it unset")));
+  }
+  for (const Json& j : gpus["jobs"])
+    if (j["observed"].is_null())
+      lines.push_back("gpu unknown: job " + std::to_string(j["job"].get<int>()) + " (given GPU " +
+                      std::to_string(j["requested"].get<int>()) +
+                      ") did not say which device it used (it ended first, or its worker's hello has no visible_device), " +
+                      n_cases(j["cases"]));
+  std::snprintf(rate, sizeof rate, "%.1f", gpus["cases_per_minute"].get<double>());
+  lines.push_back("gpus total: " + n_cases(gpus["cases"]) + ", " + rate + " cases/min");
+  return lines;
 }
 
 Json failure_to_json(const FailureRecord& f) {
@@ -138,6 +259,11 @@ Json campaign_to_json(const CampaignResult& r) {
   for (const auto& x : r.failures) f.push_back(failure_to_json(x));
   j["failures"] = f;
   j["reports"] = r.reports;
+  if (!r.job_devices.empty()) {  // --gpus: a job hands its parent what it observed of its device
+    Json d = Json::array();
+    for (const auto& x : r.job_devices) d.push_back(job_device_to_json(x));
+    j["job_devices"] = d;
+  }
   return j;
 }
 
@@ -155,6 +281,7 @@ CampaignResult campaign_from_json(const Json& j) {
   for (const auto& c : j.value("chunks", Json::array())) r.chunks.insert(chunk_totals_from_json(c));
   for (const auto& f : j.value("failures", Json::array())) r.failures.push_back(failure_from_json(f));
   for (const auto& c : j.value("reports", Json::array())) r.reports.push_back(c);
+  for (const auto& d : j.value("job_devices", Json::array())) r.job_devices.push_back(job_device_from_json(d));
   return r;
 }
 
@@ -230,6 +357,8 @@ void merge_into(CampaignResult& into, CampaignResult&& from) {
   for (auto& f : from.failures) into.failures.push_back(std::move(f));
   for (auto& c : from.crashes) into.crashes.push_back(std::move(c));
   for (auto& [c, t] : from.chunks) into.chunks[c] = std::move(t);
+  for (auto& d : from.job_devices) into.job_devices.push_back(std::move(d));
+  if (into.gpus.empty()) into.gpus = std::move(from.gpus);
 }
 
 }  // namespace recap::reports

@@ -66,6 +66,30 @@ struct UnseenFinding {
   std::vector<std::string> buckets;
 };
 
+// --gpus (issue 22): one --jobs process and the device it ran on, as its worker observed it (a
+// framework worker's hello, recap's runtime's own device), not as recap asked.
+struct JobDevice {
+  int job = 0;                 // the --jobs index
+  std::string shard;           // the job's shard, i/n
+  int requested = -1;          // the --gpus ordinal it was given
+  std::string visible_set;     // the CUDA_VISIBLE_DEVICES recap set for it
+  bool observed = false;       // false: the job died before it said, or its worker's hello has no visible_device
+  bool visible_seen_set = false;  // CUDA_VISIBLE_DEVICES was set in the worker's environment
+  std::string visible_seen;    // its value there
+  std::string device;          // the device name the worker reported ("NVIDIA H200", "cpu", "sim")
+  std::string uuid, pci_bus_id;  // the GPU it used ("" when none: a CPU worker)
+  int cases = 0;               // cases the job ran
+  double seconds = 0.0;        // the job's own time
+};
+Json job_device_to_json(const JobDevice& d);
+JobDevice job_device_from_json(const Json& j);
+// The report's "gpus" section: requested ordinals, each job, and per device the jobs that ran there
+// with their cases and cases a minute (a device is what the workers observed: uuid, else pci bus
+// id, else CUDA_VISIBLE_DEVICES and the device name). Null when `jobs` is empty.
+Json gpus_json(const std::vector<int>& requested, const std::vector<JobDevice>& jobs, double seconds);
+// One line per device of gpus_json (the console summary).
+std::vector<std::string> gpu_lines(const Json& gpus);
+
 struct CampaignResult {
   int cases = 0;
   std::map<std::string, int> by_disposition;
@@ -83,6 +107,9 @@ struct CampaignResult {
   std::string known_findings;                      // the file
   std::map<std::string, BucketJudgement> judged;  // bucket -> its failing cases, judged
   std::vector<UnseenFinding> known_not_seen;      // the file's findings that accepted no case, in its order
+  // --gpus: each job and what it observed of its device (merged in job order); empty without it
+  std::vector<int> gpus;
+  std::vector<JobDevice> job_devices;
 };
 
 struct ReplayOutcome {

@@ -14,6 +14,11 @@ def canon(report):
     for failure in summary.get("failures", []):
         failure.pop("corpus_file", None)
         failure.pop("replay_command", None)
+    gpus = report.get("gpus")  # --gpus: per job and device, their times and rates
+    if isinstance(gpus, dict):
+        for part in [gpus] + gpus.get("jobs", []) + gpus.get("devices", []):
+            part.pop("seconds", None)
+            part.pop("cases_per_minute", None)
     for case in report.get("cases", []) + report.get("replays", []):
         case.pop("timings", None)
         case.pop("seconds", None)

@@ -44,6 +44,16 @@ class RecapWorker(unittest.TestCase):
         # recap's runtime does not model torch's non-reentrant checkpoint: not listed
         self.assertEqual(caps["checkpoint_style"], ["reentrant", "without-output"])
         self.assertNotIn("extensions", caps)
+        # --gpus (issue 22): what it sees of its GPU; on sim none
+        self.assertEqual(h["visible_device"], {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                               "uuid": None, "pci_bus_id": None})
+        w.send({"op": "shutdown"})
+        self.assertEqual(w.close(), 0)
+
+    def test_hello_says_the_cuda_visible_devices_it_saw(self):
+        w = client.Worker(command=[RECAP, "worker", "--backend", "sim"], env_extra={"CUDA_VISIBLE_DEVICES": "2"})
+        h, _ = w.request({"op": "hello", "protocol": "recap.worker/1"})
+        self.assertEqual(h["visible_device"]["cuda_visible_devices"], "2")
         w.send({"op": "shutdown"})
         self.assertEqual(w.close(), 0)
 

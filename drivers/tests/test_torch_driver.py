@@ -103,6 +103,13 @@ class TorchDriverTest(unittest.TestCase):
         self.assertEqual(caps["graphs"], DEVICE == "cuda")
         if DEVICE == "cpu":
             self.assertEqual(h["device"], "cpu")
+        # --gpus (issue 22): what the worker saw of its GPU; none on the CPU
+        vd = h["visible_device"]
+        self.assertEqual(vd["cuda_visible_devices"], os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if DEVICE == "cpu":
+            self.assertEqual((vd["uuid"], vd["pci_bus_id"]), (None, None))
+        else:
+            self.assertRegex(vd["uuid"], r"^GPU-[0-9a-f]{8}-")
 
     def test_checkpoint_bitwise_equal_and_recompute_masks(self):
         frames = random_frames(BASE, seed=11)
@@ -324,6 +331,21 @@ class DigestTest(unittest.TestCase):
                 kept = bytes(rnd.randint(0, 1) for _ in range(n))
                 t = torch.tensor(list(kept), dtype=torch.uint8)
                 self.assertEqual(observe.pack_bits_torch(t), observe.pack_mask_bits(kept), n)
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable")
+class VisibleDeviceTest(unittest.TestCase):
+    """recap --gpus (issue 22) pins a worker with CUDA_VISIBLE_DEVICES: its hello says the value it
+    saw, so the report records what the worker observed, not what recap asked for."""
+
+    def test_hello_reports_the_cuda_visible_devices_it_saw(self):
+        w = Worker(device="cpu", env_extra={"CUDA_VISIBLE_DEVICES": "3"})
+        try:
+            h, _ = w.request({"op": "hello", "protocol": "recap.worker/1"})
+        finally:
+            w.send({"op": "shutdown"})
+            w.close()
+        self.assertEqual(h["visible_device"], {"cuda_visible_devices": "3", "uuid": None, "pci_bus_id": None})
 
 
 if __name__ == "__main__":

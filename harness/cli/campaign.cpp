@@ -66,7 +66,7 @@ void one_per_bucket(CampaignResult& r) {
 
 CampaignResult run_campaign(const CampaignOptions& o) {
   CampaignResult r;
-  if (o.worker_out.empty() && (o.jobs > 1 || o.isolate)) {
+  if (o.worker_out.empty() && (o.jobs > 1 || o.isolate || !o.gpus.empty())) {  // --gpus pins processes
     r = run_workers(o);
   } else {
     auto t0 = std::chrono::steady_clock::now();
@@ -74,6 +74,7 @@ CampaignResult run_campaign(const CampaignOptions& o) {
     if (r.seconds <= 0) r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   if (o.worker_out.empty()) one_per_bucket(r);  // a worker's parent merges first
+  if (o.job_gpu >= 0) r.job_devices = {o.observed};  // a --gpus job: what it ran on, for its parent
   return r;
 }
 

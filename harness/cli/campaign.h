@@ -41,6 +41,13 @@ struct CampaignOptions {
   SutFlags sut;              // --sut and the worker flags (fuzz.oracle.sut is made from them in each process)
   std::string sut_kind = "recap";  // what --sut names (SutChoice::kind), and what the system said of itself:
   sut::SutInfo sut_info;           // the report's context and the corpus files record them
+  // --gpus (gpus.h): the ordinals the jobs are spread over, and the CUDA_VISIBLE_DEVICES value each
+  // ordinal's jobs get; empty without it. In a job process: the ordinal it was given (-1: none)
+  // and what it observed of its device (run_campaign hands it to the parent).
+  std::vector<int> gpus;
+  std::vector<std::string> gpu_visible;
+  int job_gpu = -1;
+  reports::JobDevice observed;
   // --known-findings FILE, read once (set_known_findings); its path is passed on to shard workers
   std::shared_ptr<const KnownFindings> known = std::make_shared<const KnownFindings>();
 };
@@ -140,6 +147,9 @@ struct FuzzFlags {
   SutFlags sut;
   bool profile = false;  // --profile: timings.profile per case, the summary's phase table
   std::string differential;  // --differential OTHER: property differential against that backend ("" off)
+  std::string gpus;          // --gpus LIST: ordinals or all (gpus.h)
+  bool gpus_given = false;   // --gpus was on the command line (an empty LIST is an error, not "off")
+  int job_gpu = -1;          // internal (a job of --gpus): the ordinal it was given
 };
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f);
 // Resolves the backend, seed, shard and policy; *seed_random when the seed was drawn.

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "harness/cli/cli.h"
+#include "harness/sut/worker.h"
 #include "properties/oracles.h"
 
 namespace recap::cli {
@@ -132,7 +133,13 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
     if (f.case_timeout > 0)
       throw UsageError("--case-timeout: recap's runtime in this process cannot be stopped inside a case "
                        "(--sut recap-worker runs it in a worker that can)");
-    s.info = {"recap", "0.1.0", open_device(backend)->name(), sut::recap_capabilities_json()};
+    auto dev = open_device(backend);
+    s.info.name = "recap";
+    s.info.version = "0.1.0";
+    s.info.device = dev->name();
+    s.info.capabilities = sut::recap_capabilities_json();
+    // what this process sees of its GPU, as recap worker's hello says it (--gpus records it)
+    sut::read_visible_device(Json{{"visible_device", sut::visible_device_json(*dev)}}, &s.info);
   } else {
     std::error_code ec;
     auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);

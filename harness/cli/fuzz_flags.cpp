@@ -5,13 +5,75 @@
 #include <cstdlib>
 #include <random>
 
+#include <sys/wait.h>
+
 #include "harness/cli/campaign.h"
+#include "harness/cli/gpus.h"
 #include "harness/runtime/faults.h"
 #include "harness/cli/cli.h"
 #include "harness/cli/progress.h"
 #include "harness/cli/signals.h"
 
 namespace recap::cli {
+
+namespace {
+
+// --gpus in the parent: refused where nothing would be spread or the pinning would be overridden,
+// checked against the devices this process sees where that count can be known. Sets o->gpus and
+// the CUDA_VISIBLE_DEVICES value of each ordinal's jobs.
+void resolve_gpus(const FuzzFlags& f, CampaignOptions* o) {
+  if (!f.gpus_given) return;
+  const bool recap_runtime = f.sut.sut == "recap" || f.sut.sut == "recap-worker";
+  if (recap_runtime && o->backend == "sim")
+    throw UsageError("--gpus: recap's runtime on --backend sim uses no GPU; nothing to spread (--backend cuda)");
+  if (f.sut.ranks > 0)
+    throw UsageError("--gpus: spreads one-GPU jobs; a rank group (--ranks) is not one (not built)");
+  for (const auto& kv : f.sut.worker_env)
+    if (kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)
+      throw UsageError("--gpus sets each worker's CUDA_VISIBLE_DEVICES; --worker-env " + kv + " would override it");
+  const char* parent = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string why;
+  int count = -1;
+  if (o->backend == "cuda") {
+    count = device::cuda_device_count(&why);  // honours this process's CUDA_VISIBLE_DEVICES
+  } else {
+    // A framework on the CPU backend: recap has no CUDA of its own to ask, nvidia-smi may know
+    FILE* p = popen("nvidia-smi -L 2>/dev/null", "r");
+    std::string text;
+    if (p) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, p)) text += buf;
+      const int st = pclose(p);
+      if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        count = visible_count(count_nvidia_smi_lines(text), parent);
+        why = "nvidia-smi -L lists " + std::to_string(count_nvidia_smi_lines(text)) +
+              (parent ? ", CUDA_VISIBLE_DEVICES='" + std::string(parent) + "'" : std::string());
+      } else {
+        why = WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "nvidia-smi not found, and recap's backend is not cuda"
+                                                       : "nvidia-smi -L failed, and recap's backend is not cuda";
+      }
+    } else {
+      why = "cannot run nvidia-smi";
+    }
+  }
+  if (std::string e = parse_gpus(f.gpus, count, why, &o->gpus); !e.empty()) throw UsageError(e);
+  for (int g : o->gpus) o->gpu_visible.push_back(visible_value(g, parent));
+}
+
+// A --gpus job: what it sees of its device, from its system under test's hello (recap's runtime in
+// this process answers the same way), not what its parent asked for.
+reports::JobDevice observed_device(const sut::SutInfo& info) {
+  reports::JobDevice d;
+  d.observed = info.visible_said;
+  d.device = info.device;
+  d.visible_seen_set = info.cuda_visible_devices.has_value();
+  d.visible_seen = info.cuda_visible_devices.value_or("");
+  d.uuid = info.uuid;
+  d.pci_bus_id = info.pci_bus_id;
+  return d;
+}
+
+}  // namespace
 
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
   add_backend_option(*cmd, &f->backend);
@@ -80,6 +142,17 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
                   "twins in its own process, and small cases reach the same mechanisms)")
       ->check(CLI::IsMember({"small", "large", "auto"}))
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--gpus",
+      [f](const std::string& v) {
+        f->gpus = v;
+        f->gpus_given = true;
+      },
+      "Spread the --jobs processes over these GPUs of this host, one GPU each, round-robin (job j gets "
+      "LIST[j mod n]): device ordinals (0,1,2,3) or all. Each job process runs with CUDA_VISIBLE_DEVICES set to "
+      "its GPU, and so does the framework worker it starts; the report's gpus section says which device each "
+      "job's worker observed and how many cases each GPU ran. Implies worker processes (as --isolate)");
+  cmd->add_option("--job-gpu", f->job_gpu, "internal: a --gpus job, given this ordinal")->group("");
   cmd->add_option("--worker-out", f->worker_out, "internal: run as a worker, write the result here")->group("");
   cmd->add_option("--skip-chunks", f->skip_chunks, "internal: a resumed campaign's worker skips these chunks")
       ->delimiter(',')
@@ -99,6 +172,8 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
     o.fuzz.gen.backend = dev->backend();
     o.fuzz.oracle.backend = dev->backend() == device::Backend::Sim ? device::BackendChoice::Sim : device::BackendChoice::Cuda;
   }
+  if (f.worker_out.empty()) resolve_gpus(f, &o);  // before any worker starts: bad --gpus is exit 2 at once
+  o.job_gpu = f.worker_out.empty() ? -1 : f.job_gpu;
   *seed_random = f.seed.empty();
   if (f.seed.empty()) {
     std::random_device rd;
@@ -162,7 +237,8 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
     for (auto p : s.caps.all.policy) runs += (runs.empty() ? "" : ", ") + training::policy_name(p);
     throw UsageError("--policy " + f.policy + ": --sut " + f.sut.sut + " does not run it (its policies: " + runs + ")");
   }
-  if (!(f.worker_out.empty() && (f.jobs > 1 || f.isolate))) o.fuzz.oracle.sut = s.sut;
+  if (!(f.worker_out.empty() && (f.jobs > 1 || f.isolate || !o.gpus.empty()))) o.fuzz.oracle.sut = s.sut;
+  if (o.job_gpu >= 0) o.observed = observed_device(s.info);
   o.jobs = f.jobs;
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;
@@ -206,6 +282,7 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   if (o.fuzz.oracle.differential)
     c.flags["differential"] = *o.fuzz.oracle.differential == device::BackendChoice::Cuda ? "cuda" : "sim";
   if (o.sut.ranks > 0) c.flags["ranks"] = o.sut.ranks;  // a rank group's campaign (issue 22)
+  c.gpus = o.gpus;  // not a flag: where the jobs ran decides no case or verdict
   return c;
 }
 

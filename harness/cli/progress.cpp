@@ -20,20 +20,21 @@ std::string fmt_time(double s) {
 
 bool progress_as_lines() { return std::getenv("RECAP_PROGRESS_LINES") != nullptr; }
 
-void progress_line(int done, int total, int failures, double elapsed, double left) {
+void progress_line(int done, int total, int failures, double elapsed, double left, const std::string& extra) {
+  const std::string tail = extra.empty() ? "" : ", " + extra;
   double rate = elapsed > 0 ? done / elapsed : 0.0;
   if (progress_as_lines()) {  // a log, not a terminal: a whole line every 10 s
     static auto last = std::chrono::steady_clock::time_point{};
     auto now = std::chrono::steady_clock::now();
     if (now - last < std::chrono::seconds(10)) return;
     last = now;
-    std::fprintf(stderr, "progress: %d/%d cases, %.1f cases/s, %d failure%s, %.0f s elapsed, %s left\n", done, total,
-                 rate, failures, failures == 1 ? "" : "s", elapsed, fmt_time(left).c_str());
+    std::fprintf(stderr, "progress: %d/%d cases, %.1f cases/s, %d failure%s, %.0f s elapsed, %s left%s\n", done, total,
+                 rate, failures, failures == 1 ? "" : "s", elapsed, fmt_time(left).c_str(), tail.c_str());
     std::fflush(stderr);
     return;
   }
-  std::fprintf(stderr, "\r  %d/%d cases, %.1f cases/s, %d failure%s, %s left   ", done, total, rate, failures,
-               failures == 1 ? "" : "s", fmt_time(left).c_str());
+  std::fprintf(stderr, "\r  %d/%d cases, %.1f cases/s, %d failure%s, %s left%s   ", done, total, rate, failures,
+               failures == 1 ? "" : "s", fmt_time(left).c_str(), tail.c_str());
   std::fflush(stderr);
 }
 

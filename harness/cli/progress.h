@@ -3,9 +3,12 @@
 // every 10 s whatever stderr is (logs of long campaigns on another machine).
 #pragma once
 
+#include <string>
+
 namespace recap::cli {
 
-void progress_line(int done, int total, int failures, double elapsed_s, double left_s);  // left_s < 0: no budget
+// left_s < 0: no budget. `extra`, when not empty, ends the line (--gpus: cases done per GPU given).
+void progress_line(int done, int total, int failures, double elapsed_s, double left_s, const std::string& extra = "");
 void clear_progress_line();
 bool progress_as_lines();
 

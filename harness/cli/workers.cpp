@@ -3,6 +3,8 @@
 // abort, a sticky CUDA error that ends the process) is recorded as `crashed` with its shard and
 // reproduce command; the others go on. Each worker keeps a .progress file (cases done, failures)
 // that the parent reads for its progress line and, after a crash, for how far the shard got.
+// --gpus: job j runs with CUDA_VISIBLE_DEVICES naming GPU LIST[j mod n] alone (gpus.h), and says
+// what its system under test observed of its device in its result (reports::JobDevice).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -18,6 +20,7 @@
 
 #include "harness/cli/campaign.h"
 #include "harness/cli/cli.h"
+#include "harness/cli/gpus.h"
 #include "harness/cli/progress.h"
 #include "harness/cli/signals.h"
 
@@ -44,6 +47,8 @@ struct Worker {
   int shard = 0, count = 1;
   std::string out;
   bool done = false;
+  int gpu = -1;  // --gpus: its ordinal
+  double seconds = 0;  // from its start to its end, as this process saw it
 };
 
 int read_progress(const std::string& out, int* failures) {
@@ -75,6 +80,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
     w.shard = i + n * j;
     w.count = n * jobs;
     w.out = dir + "/shard-" + std::to_string(w.shard) + ".json";
+    if (!o.gpus.empty()) w.gpu = gpu_of_job(j, o.gpus);
     std::vector<std::string> args = {exe, "fuzz", "--backend", o.backend, "--cases", std::to_string(o.fuzz.cases),
                                      "--seed", std::to_string(o.fuzz.seed), "--shard",
                                      std::to_string(w.shard) + "/" + std::to_string(w.count), "--worker-out", w.out};
@@ -141,13 +147,23 @@ CampaignResult run_workers(const CampaignOptions& o) {
       args.push_back("--differential");
       args.push_back(*o.fuzz.oracle.differential == device::BackendChoice::Cuda ? "cuda" : "sim");
     }
-    std::vector<char*> argv;
+    // --gpus: the job sees its GPU alone, and so does every process it starts (its framework worker)
+    std::vector<std::string> env;
+    if (w.gpu >= 0) {
+      args.push_back("--job-gpu");
+      args.push_back(std::to_string(w.gpu));
+      const size_t k = std::find(o.gpus.begin(), o.gpus.end(), w.gpu) - o.gpus.begin();
+      env = sut::environment_with({"CUDA_VISIBLE_DEVICES=" + o.gpu_visible.at(k)});
+    }
+    std::vector<char*> argv, envp;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawn(&w.pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+    int rc = posix_spawn(&w.pid, exe.c_str(), &fa, nullptr, argv.data(), env.empty() ? environ : envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) throw UsageError("cannot start a worker process (" + exe + "): " + std::strerror(rc));
     workers.push_back(w);
@@ -171,6 +187,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
       pid_t r = waitpid(w.pid, &status, WNOHANG);
       if (r == 0) continue;
       w.done = true;
+      w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       --running;
       std::string shard = std::to_string(w.shard) + "/" + std::to_string(w.count);
       bool clean = r == w.pid && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1);
@@ -208,20 +225,43 @@ CampaignResult run_workers(const CampaignOptions& o) {
     if (o.progress && std::chrono::steady_clock::now() - last > std::chrono::milliseconds(200)) {
       last = std::chrono::steady_clock::now();
       int done = 0, failures = 0;
+      std::vector<int> per_gpu(o.gpus.size(), 0);  // --gpus: cases done by the jobs given each GPU
       for (const auto& w : workers) {
         int f = 0;
-        done += read_progress(w.out, &f);
+        const int d = read_progress(w.out, &f);
+        done += d;
         failures += f;
+        if (w.gpu >= 0) per_gpu[std::find(o.gpus.begin(), o.gpus.end(), w.gpu) - o.gpus.begin()] += d;
       }
+      std::string extra;  // as given: which GPU each job's worker observed is known only from its result
+      for (size_t k = 0; k < per_gpu.size(); ++k)
+        extra += (k ? ", " : "given GPUs: ") + std::to_string(o.gpus[k]) + " " + std::to_string(per_gpu[k]) + " cases";
       int total = shard_cases(o.fuzz.cases, o.fuzz.chunk_cases, i, n);
       progress_line(done, total, failures, el,
-                    o.fuzz.time_budget_s > 0 ? std::max(0.0, o.fuzz.time_budget_s - el) : -1.0);
+                    o.fuzz.time_budget_s > 0 ? std::max(0.0, o.fuzz.time_budget_s - el) : -1.0, extra);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (o.progress) clear_progress_line();
   CampaignResult all;
-  for (auto& part : parts) reports::merge_into(all, std::move(part));
+  std::vector<reports::JobDevice> devices;  // --gpus: per job, what it observed, in job order
+  for (size_t wi = 0; wi < workers.size() && !o.gpus.empty(); ++wi) {
+    reports::JobDevice d = parts[wi].job_devices.empty() ? reports::JobDevice{} : parts[wi].job_devices.front();
+    const Worker& w = workers[wi];
+    d.job = static_cast<int>(wi);
+    d.shard = std::to_string(w.shard) + "/" + std::to_string(w.count);
+    d.requested = w.gpu;
+    d.visible_set = o.gpu_visible.at(std::find(o.gpus.begin(), o.gpus.end(), w.gpu) - o.gpus.begin());
+    d.cases = parts[wi].cases;
+    d.seconds = w.seconds;
+    devices.push_back(d);
+  }
+  for (auto& part : parts) {
+    part.job_devices.clear();
+    reports::merge_into(all, std::move(part));
+  }
+  all.job_devices = std::move(devices);
+  all.gpus = o.gpus;
   reports::sort_reports_by_chunk(all);  // cases in case order, as one process lists them
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

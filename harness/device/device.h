@@ -108,6 +108,10 @@ class Device {
 
   virtual Backend backend() const = 0;
   virtual std::string name() const = 0;  // "sim" or the GPU's name ("NVIDIA H200")
+  // The GPU's identity (cudaDeviceProp uuid as nvidia-smi writes it, "GPU-..."; its PCI bus id,
+  // "00000000:19:00.0"); "" on sim. --gpus records which GPU a job ran on from these.
+  virtual std::string uuid() const { return ""; }
+  virtual std::string pci_bus_id() const { return ""; }
 
   // ---- streams --------------------------------------------------------------------------
   // cudaStreamCreateWithFlags(cudaStreamNonBlocking or cudaStreamDefault). A blocking stream
@@ -199,6 +203,9 @@ bool cuda_compiled();
 // Whether a usable GPU is present; when not, *why says why ("built without CUDA", "no CUDA
 // device: cudaErrorNoDevice", ...).
 bool cuda_usable(std::string* why);
+// The CUDA devices this process sees (cudaGetDeviceCount, which honours CUDA_VISIBLE_DEVICES), or
+// -1 with *why when that cannot be known (built without CUDA, the driver's error).
+int cuda_device_count(std::string* why);
 
 struct DeviceOptions {
   // sim only: 0 runs work in program order as it is issued; any other value runs pending work

@@ -28,6 +28,15 @@ bool cuda_usable(std::string* why) {
 #endif
 }
 
+int cuda_device_count(std::string* why) {
+#ifdef RECAP_WITH_CUDA
+  return cuda::device_count(why);
+#else
+  if (why) *why = "built without CUDA (RECAP_CUDA=OFF or nvcc not found)";
+  return -1;
+#endif
+}
+
 bool block_cache_wanted() {
   const char* v = std::getenv("RECAP_CUDA_BLOCK_CACHE");
   return v != nullptr && std::string(v) == "1";

@@ -205,10 +205,25 @@ void WorkerSut::start() {
   info_.device = rep.header.value("device", std::string());
   info_.capabilities = rep.header["capabilities"];
   if (rep.header.contains("mutants")) info_.mutants = rep.header["mutants"];
+  info_.visible_said = false;
+  info_.cuda_visible_devices.reset();
+  info_.uuid.clear();
+  info_.pci_bus_id.clear();
+  read_visible_device(rep.header, &info_);
   info_.ops.clear();
   if (auto ops = rep.header.find("ops"); ops != rep.header.end() && ops->is_array())
     for (const Json& op : *ops)
       if (op.is_string()) info_.ops.push_back(op.get<std::string>());
+}
+
+void read_visible_device(const Json& hello, SutInfo* info) {
+  const Json v = hello.value("visible_device", Json());
+  if (!v.is_object()) return;
+  info->visible_said = true;
+  const Json cvd = v.value("cuda_visible_devices", Json());
+  if (cvd.is_string()) info->cuda_visible_devices = cvd.get<std::string>();
+  if (v.value("uuid", Json()).is_string()) info->uuid = v["uuid"].get<std::string>();
+  if (v.value("pci_bus_id", Json()).is_string()) info->pci_bus_id = v["pci_bus_id"].get<std::string>();
 }
 
 SutInfo WorkerSut::hello() {

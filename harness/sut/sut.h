@@ -44,7 +44,15 @@ struct SutInfo {
   // The hello's "ops": the requests the worker serves beyond hello, run and shutdown ("measure");
   // empty for a worker older than them. recap's runtime in process measures itself.
   std::vector<std::string> ops;
+  // The hello's "visible_device" (--gpus, drivers/PROTOCOL.md): what the worker saw of its GPU: the
+  // CUDA_VISIBLE_DEVICES in its environment (nullopt: unset) and the GPU it uses ("" when none).
+  // visible_said false: a worker older than the field.
+  bool visible_said = false;
+  std::optional<std::string> cuda_visible_devices;
+  std::string uuid, pci_bus_id;
 };
+// Reads a hello's "visible_device" into *info (nothing when the hello has none).
+void read_visible_device(const Json& hello, SutInfo* info);
 
 // What recap tradeoff measures of one configuration (drivers/PROTOCOL.md, "measure"): the case's
 // warmup steps and graph capture, then its replays as timed steps. A figure the system cannot

@@ -417,6 +417,14 @@ std::vector<Frame> case_frames(const training::CaseSpec& spec) {
   return frames;
 }
 
+Json visible_device_json(const device::Device& dev) {
+  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+  auto or_null = [](const std::string& x) { return x.empty() ? Json(nullptr) : Json(x); };
+  return {{"cuda_visible_devices", cvd ? Json(cvd) : Json(nullptr)},
+          {"uuid", or_null(dev.uuid())},
+          {"pci_bus_id", or_null(dev.pci_bus_id())}};
+}
+
 Message hello_reply(device::Device& dev) {
   Message m;
   m.header = {{"op", "hello"},
@@ -424,6 +432,7 @@ Message hello_reply(device::Device& dev) {
               {"sut", "recap"},
               {"version", "0.1.0"},
               {"device", dev.name()},
+              {"visible_device", visible_device_json(dev)},
               {"capabilities", recap_capabilities_json()},
               {"ops", Json::array({"measure"})}};
   return m;

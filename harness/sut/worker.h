@@ -36,6 +36,9 @@ std::vector<Frame> case_frames(const training::CaseSpec& spec);
 
 // The reply to `hello`.
 Message hello_reply(device::Device& dev);
+// The hello's "visible_device": CUDA_VISIBLE_DEVICES as this process sees it (null when unset) and
+// the device's uuid and PCI bus id (null on sim): which GPU a --gpus job ran on.
+Json visible_device_json(const device::Device& dev);
 
 // Serves requests from `in` until shutdown or end of input. Returns the exit status: 0 shutdown or
 // end of input, 2 a protocol mismatch or a stream that cannot be read (after an error reply).

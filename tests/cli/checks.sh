@@ -569,6 +569,90 @@ assert styles == {"reentrant", "non-reentrant"}, styles
 print("20 cases passed on torch", sys.argv[2], "styles", sorted(styles))
 PY
   ;;
+fuzz_gpus_torch_jobs)
+  # --gpus (issue 22): each --jobs process runs with CUDA_VISIBLE_DEVICES naming its GPU,
+  # round-robin over the list, and so does the torch worker it starts; the report's gpus section
+  # records what each worker's hello said it saw (not what recap set), per device the jobs and cases,
+  # and the summary prints a line per device. On the CPU (fake nvidia-smi: two GPUs) the workers
+  # use no GPU, which the report says. Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  smi="$src/tests/cli/data/fake-nvidia-smi"
+  RECAP_PROGRESS_LINES=1 PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --gpus all --jobs 3 --cases 6 \
+    --chunk-cases 1 --seed 1 --corpus-dir found --report g.json > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "exit $rc"; }
+  grep -q "^progress: .* left, given GPUs: 0 [0-9]* cases, 1 [0-9]* cases$" err.txt || fail "no per-GPU progress"
+  grep -q "^  gpu none: cpu (CUDA_VISIBLE_DEVICES=0, the worker used no GPU): jobs 0, 2, 4 cases" out.txt ||
+    fail "no summary line for GPU 0's jobs"
+  grep -q "^  gpu none: cpu (CUDA_VISIBLE_DEVICES=1, the worker used no GPU): job 1, 2 cases" out.txt ||
+    fail "no summary line for GPU 1's job"
+  grep -q "^  gpus total: 6 cases" out.txt || fail "no total line"
+  # Under CUDA_VISIBLE_DEVICES=5,7 recap's ordinal 1 is the parent's second device: every job sees 7.
+  CUDA_VISIBLE_DEVICES=5,7 PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --gpus 1 --jobs 2 --cases 2 \
+    --chunk-cases 1 --seed 1 --corpus-dir found --report h.json > out2.txt 2> err2.txt
+  rc=$?; cat out2.txt
+  [ "$rc" -eq 0 ] || { tail -5 err2.txt; fail "under CUDA_VISIBLE_DEVICES=5,7: exit $rc"; }
+  python3 - g.json h.json <<'PY' || fail "the gpus section"
+import json, sys
+g, h = (json.load(open(p)) for p in sys.argv[1:])
+assert g["context"]["gpus"] == [0, 1], g["context"].get("gpus")
+s = g["gpus"]
+assert s["requested"] == [0, 1], s["requested"]
+jobs = s["jobs"]
+assert [j["job"] for j in jobs] == [0, 1, 2], jobs
+for j in jobs:
+    want = str(j["job"] % 2)
+    assert j["requested"] == j["job"] % 2 and j["cuda_visible_devices_set"] == want, j
+    # what the worker said in its hello: the value it saw, and no GPU on the CPU
+    assert j["observed"] == {"cuda_visible_devices": want, "device": "cpu", "uuid": None, "pci_bus_id": None}, j
+    assert j["shard"] == f"{j['job']}/3", j
+# chunk c runs in job c mod 3: jobs 0, 1, 2 ran chunks {0, 3}, {1, 4}, {2, 5}, one case each
+assert [j["cases"] for j in jobs] == [2, 2, 2], jobs
+devs = s["devices"]
+assert [(d["jobs"], d["cases"], d["cuda_visible_devices"], d["gpu"]) for d in devs] == \
+    [([0, 2], 4, ["0"], False), ([1], 2, ["1"], False)], devs
+assert s["cases"] == g["summary"]["cases"] == 6 and s["unobserved_jobs"] == [], s
+assert all(d["cases_per_minute"] > 0 for d in devs) and s["cases_per_minute"] > 0
+hj = h["gpus"]["jobs"]
+assert [j["observed"]["cuda_visible_devices"] for j in hj] == ["7", "7"], hj
+assert [j["cuda_visible_devices_set"] for j in hj] == ["7", "7"] and h["gpus"]["requested"] == [1], hj
+print("gpus: jobs", [(j["job"], j["observed"]["cuda_visible_devices"], j["cases"]) for j in jobs], "devices", len(devs))
+PY
+  validate_report g.json
+  # What the report says is what the workers saw, not what recap set: a worker interpreter that
+  # changes CUDA_VISIBLE_DEVICES to 9 before torch starts is reported as seeing 9 (job 0); a job
+  # that dies (RECAP_FAULT_ABORT: job 1 after its first case) said nothing, and is shown so.
+  wpy=${RECAP_PYTHON:-python3}  # not $py: validate_report sets it to a python3 with jsonschema
+  printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=9 exec "%s" "$@"\n' "$wpy" > py9; chmod +x py9
+  RECAP_FAULT_ABORT=1:1 PATH="$smi:$PATH" "$recap" fuzz --sut torch --backend sim --worker-python "$PWD/py9" --gpus 0,1 \
+    --jobs 2 --cases 4 --chunk-cases 1 --seed 1 --corpus-dir found --report m.json > out3.txt 2> err3.txt
+  rc=$?; tail -4 out3.txt
+  [ "$rc" -eq 1 ] || { tail -5 err3.txt; fail "a worker that saw 9 and a job that died: exit $rc, expected 1"; }
+  grep -q "^  gpu mismatch: job 0 was given CUDA_VISIBLE_DEVICES=0, its worker saw 9$" out3.txt || fail "no mismatch line"
+  grep -q "^  gpu unknown: job 1 (given GPU 1) did not say which device it used" out3.txt || fail "no line for the dead job"
+  python3 - m.json <<'PY' || fail "the observed value"
+import json, sys
+s = json.load(open(sys.argv[1]))["gpus"]
+assert [(j["cuda_visible_devices_set"], j["observed"]) for j in s["jobs"]] == \
+    [("0", {"cuda_visible_devices": "9", "device": "cpu", "uuid": None, "pci_bus_id": None}), ("1", None)], s["jobs"]
+assert [(d["key"], d["jobs"], d["cases"]) for d in s["devices"]] == [("cpu CUDA_VISIBLE_DEVICES=9", [0], 2)], s["devices"]
+assert s["unobserved_jobs"] == [1], s
+PY
+  validate_report m.json
+  # the same campaign without --gpus: the same cases and verdicts (where jobs run decides nothing)
+  "$recap" fuzz --sut torch --backend sim --jobs 3 --cases 6 --chunk-cases 1 --seed 1 --corpus-dir found2 \
+    --report n.json > /dev/null 2>&1 || fail "without --gpus: exit $?"
+  python3 "$src/scripts/report-canon.py" g.json > g.canon && python3 "$src/scripts/report-canon.py" n.json > n.canon ||
+    fail "report-canon"
+  python3 - g.canon n.canon <<'PY' || fail "--gpus changed the cases or verdicts"
+import json, sys
+g, n = (json.load(open(p)) for p in sys.argv[1:])
+assert "gpus" in g and "gpus" not in n
+g.pop("gpus")
+assert g == n
+PY
+  ;;
 fuzz_profile_sim)
   # --profile (docs/profile.md): every case report's timings.profile holds the case's own run and
   # its twins with their phases, every oracle's own time, all non-negative, each run's phases within

@@ -31,6 +31,22 @@ from .records import RunData, RunRecord, build_failure_record, first_difference,
 from .runner import Runner  # noqa: E402
 
 
+def visible_device_of(device: torch.device, cuda_visible_devices: Optional[str]) -> Dict[str, Any]:
+    """The hello's visible_device for `device` (core/sut.py SUT.visible_device)."""
+    out: Dict[str, Any] = {"cuda_visible_devices": cuda_visible_devices, "uuid": None, "pci_bus_id": None}
+    if device.type != "cuda":
+        return out
+    props = torch.cuda.get_device_properties(device)
+    uuid = getattr(props, "uuid", None)  # torch prints it without nvidia-smi's "GPU-"
+    if uuid is not None:
+        text = str(uuid)
+        out["uuid"] = text if text.startswith("GPU-") else "GPU-" + text
+    bus, dom, dev = (getattr(props, k, None) for k in ("pci_bus_id", "pci_domain_id", "pci_device_id"))
+    if isinstance(bus, int) and isinstance(dom, int) and isinstance(dev, int):  # torch >= 2.2
+        out["pci_bus_id"] = f"{dom:08x}:{bus:02x}:{dev:02x}.0"
+    return out
+
+
 def device_state_model() -> str:
     """torch <= 2.11 keeps one device (seed, offset) pair per generator state for all graphs
     (recap's "shared"); later versions key them by capture (CUDAGeneratorCaptureState)."""
@@ -170,6 +186,7 @@ class SUT:
     def hello(self) -> Dict[str, Any]:
         # "ops": the requests served beyond hello, run and shutdown (a client checks before it asks)
         return {"sut": self.name, "version": self.sut_version(), "device": self.device_name(),
+                "visible_device": self.visible_device(),
                 "capabilities": self.capabilities(), "ops": ["measure"]}
 
     def measured_case(self, c: case_mod.Case) -> case_mod.Case:
@@ -202,6 +219,13 @@ class SUT:
         if clear is not None:
             clear()
             self._prime_cublas()
+
+    def visible_device(self) -> Dict[str, Any]:
+        """What this worker sees of its GPU (PROTOCOL.md, hello): the CUDA_VISIBLE_DEVICES of its
+        environment (None when unset) and the uuid ("GPU-...", as nvidia-smi writes it) and PCI bus
+        id of the device it uses (None on the CPU). recap --gpus reports which GPU a job ran on from
+        this, not from what it asked for."""
+        return visible_device_of(self.device, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
     def device_name(self) -> str:
         if self.device.type == "cuda":

@@ -150,6 +150,15 @@ class CudaDevice final : public Device {
     e = cudaGetDeviceProperties(&prop, device_);
     if (e != cudaSuccess) return "cudaGetDeviceProperties(0): " + describe(e);
     name_ = prop.name;
+    // The device's identity as nvidia-smi and torch name it (--gpus: which GPU a job observed)
+    char uuid[64];
+    const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+    std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                  u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    uuid_ = uuid;
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "%08x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+    pci_bus_id_ = bus;
     // A pool of our own, so that its counters measure recap's stream-ordered allocations only.
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
@@ -176,6 +185,8 @@ class CudaDevice final : public Device {
 
   Backend backend() const override { return Backend::Cuda; }
   std::string name() const override { return name_; }
+  std::string uuid() const override { return uuid_; }
+  std::string pci_bus_id() const override { return pci_bus_id_; }
 
   // ---- streams --------------------------------------------------------------------------
   Status stream_create(Stream* out, bool non_blocking) override {
@@ -847,6 +858,7 @@ class CudaDevice final : public Device {
   const int device_ = 0;
   bool ready_ = false;  // init() completed
   std::string name_;
+  std::string uuid_, pci_bus_id_;  // "GPU-8-4-4-4-12 hex", "00000000:19:00.0"
   cudaMemPool_t pool_ = nullptr;  // stream-ordered allocations (malloc_async) come from here
   MemoryLedger ledger_;
 
@@ -868,6 +880,18 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+int device_count(std::string* why) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not left pending for a later caller
+  if (e == cudaErrorNoDevice) return 0;
+  if (e != cudaSuccess) {
+    if (why) *why = "cudaGetDeviceCount returned " + describe(e);
+    return -1;
+  }
+  return count;
+}
 
 bool usable(std::string* why) {
   int count = 0;
