@@ -93,6 +93,7 @@ class PPRunner(TorchRunner):
         self.stage = dist.get_rank()
         self.span = stage_layers(len(c.layers), pp)[self.stage]
         self.schedule: Dict[int, List[Event]] = {}  # per step: the events as they ran
+        self.prev_out: Optional[torch.Tensor] = None  # the last activation sent (planted pp-send-stale)
         super().__init__(sut, c, data)
 
     def make_model(self) -> Any:
@@ -120,7 +121,6 @@ class PPRunner(TorchRunner):
         sends: List[Any] = []
         keep: List[torch.Tensor] = []  # what an isend still reads until it is waited
         events: List[Event] = []
-        prev_out: Optional[torch.Tensor] = None
         shape = (c.tokens, c.hidden)
         for kind, m in order:
             self.obs.microbatch = m
@@ -144,9 +144,12 @@ class PPRunner(TorchRunner):
                     outputs[m] = losses[m]  # type: ignore[assignment]
                 else:
                     out = x.detach().contiguous()
-                    # planted pp-send-stale: a later microbatch is sent the previous one's activation
-                    sent = prev_out if (rank_faults.FAULT == "pp-send-stale" and prev_out is not None) else out
-                    prev_out = out
+                    # planted pp-send-stale: every microbatch but the run's first is sent the previous
+                    # one's activation (of this step, or the last microbatch of the step before)
+                    sent = out
+                    if rank_faults.FAULT == "pp-send-stale":
+                        sent = self.prev_out if self.prev_out is not None else out
+                        self.prev_out = out
                     keep.append(sent)
                     sends.append(dist.isend(sent, s + 1))
                     outputs[m] = x
