@@ -345,6 +345,11 @@ class LostRankTest(unittest.TestCase):
         self.check_lost(w, 4)
         self.assertIn("kill-rank", w.stderr_text)
 
+    def test_stage_killed_mid_request(self) -> None:  # pp 2: the last stage dies in its first layer
+        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": "kill-rank"})
+        w.send({"op": "run", "id": 5, "case": CASE_P, "pp": 2}, random_frames(CASE_P))
+        self.check_lost(w, 5)
+
     @unittest.skipUnless(os.path.isdir("/proc/self/task"), "needs /proc")
     def test_rank_killed_between_requests(self) -> None:
         w = Worker("--ranks", "2")

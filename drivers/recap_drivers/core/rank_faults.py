@@ -22,8 +22,9 @@ module constant where a fault could act. A bad value is refused at start-up (exi
                        step 1 microbatch 0 received step 0's last activation).
   pp-schedule-gpipe    every stage runs all forwards, then all backwards (GPipe), not 1F1B: the
                        gradients are right, the order is not (ranks_check.pp_schedule_1f1b).
-  kill-rank            the last rank SIGKILLs itself in its first forward, after its first layer: the
-                       leader must answer with one line naming the rank, and the group exit.
+  kill-rank            the last rank SIGKILLs itself in its first forward, after its first layer (of its
+                       stage, with pp): the leader must answer with one line naming the rank, and the
+                       group exit.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ takes each parameter's gradients and values from the rank of its stage.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -100,7 +103,20 @@ class PPRunner(TorchRunner):
         # Runner.__init__ has just seeded seeds.rng: megatron's stage seed replaces it
         stage = 0 if rank_faults.FAULT == "pp-stage-seed-shared" else self.stage  # planted: every stage as stage 0
         torch.manual_seed(self.case.seed_rng + PP_SEED_STRIDE * stage)
-        return L.Model(self.case, self.dev)
+        model = L.Model(self.case, self.dev)
+        if rank_faults.FAULT == "kill-rank" and self.stage == self.pp - 1:  # planted: the last stage dies
+            first = model.layers[self.span[0]]
+            orig = first.forward
+
+            def killed(x: torch.Tensor) -> torch.Tensor:
+                y = orig(x)
+                print(f"recap worker: {rank_faults.ENV} kill-rank: rank {self.stage} SIGKILLs itself", file=sys.stderr,
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+                return y
+
+            first.forward = killed
+        return model
 
     def stage_params(self) -> List[int]:
         """recap's indices of the parameters of this stage's layers."""
