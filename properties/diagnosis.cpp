@@ -61,6 +61,17 @@ const std::vector<Rule>& rules() {
       {"-", "the group's gradients differ from one rank's: a collective missing or wrong (an all-reduce of a "
             "tensor-parallel region's backward) or shards assembled in the wrong place",
        [](const Symptom& s) { return s.is("grads_match_one_rank", Disposition::Incorrect); }},
+      {"-", "a pipeline stage's gradients or parameters differ from the fp64 reference's: an activation or gradient "
+            "sent between stages is another microbatch's (stale or misrouted) or lost",
+       [](const Symptom& s) {
+         return s.spec.pp > 1 && (s.is("training", Disposition::Incorrect) || s.is("reference", Disposition::Incorrect));
+       }},
+      {"-", "a pipeline stage ran its forwards and backwards out of megatron-core's 1F1B order (its warmup, steady "
+            "and cooldown phases)",
+       [](const Symptom& s) { return s.is("pp_schedule_1f1b", Disposition::Incorrect); }},
+      {"-", "pipeline stages draw equal masks: every stage's generator is seeded alike (megatron's training seeds "
+            "stage s with seed + 100 * s)",
+       [](const Symptom& s) { return s.is("pp_stage_masks_differ", Disposition::Incorrect); }},
       {"1", "a reentrant checkpoint refuses the graph builder's torch.autograd.grad backward",
        [](const Symptom& s) {
          return s.is("capture_clean", Disposition::Failed) && has(s.check.reason, "checkpoint") &&

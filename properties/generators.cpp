@@ -161,6 +161,25 @@ void fit_to_group(CaseSpec& s, int tp, const sut::Capabilities& caps) {
   }
 }
 
+// A case of pp P for a rank group: an executor the group runs, and a layer count that splits into
+// P stages (megatron-core gives each stage num_layers / P): the drawn layers cut down to a multiple
+// of P, or repeated up to P where fewer were drawn (so a shrunk case keeps one layer per stage).
+void fit_to_pipeline(CaseSpec& s, int pp, const sut::Capabilities& caps) {
+  s.pp = pp;
+  if (!caps.tp_executor.empty()) fit(s.executor, caps.tp_executor);
+  const size_t n = s.layers.size();
+  if (n == 0) return;
+  const size_t want = n < static_cast<size_t>(pp) ? static_cast<size_t>(pp) : n - n % static_cast<size_t>(pp);
+  std::vector<training::LayerFlags> layers;
+  std::vector<models::LayerSpec> model;
+  for (size_t i = 0; i < want; ++i) {
+    layers.push_back(s.layers[i % n]);
+    model.push_back(s.model.layers[i % n]);
+  }
+  s.layers = std::move(layers);
+  s.model.layers = std::move(model);
+}
+
 }  // namespace
 
 rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
@@ -220,7 +239,7 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
         rc::gen::set(&CaseDraw::rng_seed, uniform(1, 1000)));
   });
 
-  auto build = [=](const CaseDraw& d, int tp) {
+  auto build = [=](const CaseDraw& d, int tp, int pp) {
     CaseSpec s;
     s.name = "generated";
     s.model.hidden = d.hidden;
@@ -312,17 +331,27 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     s.faults = config.faults;
     fit_to_sut(s, caps);
     if (tp > 1) fit_to_group(s, tp, caps);
+    if (pp > 1) fit_to_pipeline(s, pp, caps);
     return s;
   };
   // One rank only (every system without --ranks): no tp draw, so the draws and every fixed-seed
   // case are what they were.
-  if (caps.tp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1); });
-  // A rank group: tp is drawn first, so that RapidCheck shrinks it first, toward 1 (a failure that
-  // still happens on one rank is no cross-rank bug), keeping N where only N fails.
-  std::vector<std::pair<int, int>> tps = {{1, 1}};
-  for (int n : caps.tp) tps.push_back({2, n});
-  return rc::gen::map(rc::gen::tuple(weighted<int>(tps), draw),
-                      [=](const std::tuple<int, CaseDraw>& t) { return build(std::get<1>(t), std::get<0>(t)); });
+  if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1); });
+  // A rank group: the group's shape (tp, pp) is drawn first, so that RapidCheck shrinks it first,
+  // toward (1, 1) (a failure that still happens on one rank is no cross-rank bug), keeping N where
+  // only N fails. Shapes the group runs: tp * pp is one of its sizes (its tp and pp values).
+  std::vector<int> sizes = caps.tp;
+  sizes.insert(sizes.end(), caps.pp.begin(), caps.pp.end());
+  std::vector<int> tp_values = {1}, pp_values = {1};
+  tp_values.insert(tp_values.end(), caps.tp.begin(), caps.tp.end());
+  pp_values.insert(pp_values.end(), caps.pp.begin(), caps.pp.end());
+  std::vector<std::pair<int, int>> shapes = {{1, 101}};  // (weight, tp * 100 + pp): one rank first
+  for (int t : tp_values)
+    for (int p : pp_values)
+      if (t * p > 1 && has(sizes, t * p)) shapes.push_back({2, t * 100 + p});
+  return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw), [=](const std::tuple<int, CaseDraw>& t) {
+    return build(std::get<1>(t), std::get<0>(t) / 100, std::get<0>(t) % 100);
+  });
 }
 
 }  // namespace recap::properties

@@ -302,6 +302,7 @@ RANGES: List[Tuple[str, int, int, List[Callable[[Dict[str, Any]], None]]]] = [
     ("microbatches", 1, 16, [with_("microbatch_order", DEL)]),
     ("lr", 0, 10, []),
     ("tp", 1, 64, []),
+    ("pp", 1, 64, []),
 ]
 for _path, _lo, _hi, _setup in RANGES:
     PROBES += [(f"{_path}: {v}", ok, _setup + [with_(_path, v)], True)

@@ -38,7 +38,7 @@ FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registere
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",
              "microbatch_order", "generator", "device_state", "warmup_backward", "shared_pool", "seeds", "lr",
-             "tp", "faults"}
+             "tp", "pp", "faults"}
 LAYER_KEYS = {"kind", "heads", "ffn_hidden", "dropout", "checkpoint", "checkpoint_modules", "graphed"}
 
 
@@ -94,6 +94,7 @@ class Case:
     seed_rng: int = 3
     lr: float = _f32(0.05)
     tp: int = 1  # tensor-parallel world size; a run request's "tp" is what a rank group reads (PROTOCOL.md 10)
+    pp: int = 1  # pipeline stages; as tp, the run request's "pp" is what a rank group reads
     expected: Any = None
     faults: List[str] = field(default_factory=list)  # recap's runtime's fault points; frameworks have none
     raw: Dict[str, Any] = field(default_factory=dict)
@@ -298,6 +299,8 @@ def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
         c.lr = _f32(_num(j["lr"], "lr"))
     if "tp" in j:
         c.tp = _int(j["tp"], "tp")
+    if "pp" in j:
+        c.pp = _int(j["pp"], "pp")
     # recap's own fault points (docs/faults.md), read last as spec.cpp does: kept, so the driver can skip the case
     if "faults" in j:
         fs = j["faults"]
@@ -387,6 +390,10 @@ def validate(c: Case) -> str:
         return f"lr must be in [0, 10], got {c.lr:g}"
     if c.tp < 1 or c.tp > 64:
         return _range("tp", 1, 64, c.tp)
+    if c.pp < 1 or c.pp > 64:
+        return _range("pp", 1, 64, c.pp)
+    if c.tp * c.pp > 64:
+        return f"pp {c.pp} with tp {c.tp}: {c.tp * c.pp} ranks, at most 64"
     return ""
 
 

@@ -123,7 +123,8 @@ class RankGroupTest(unittest.TestCase):
         h, f = self.a
         self.assertEqual(verdicts(h, f, CASE_A, self.one_a),
                          {"recompute_equal": "passed", "tp_masks_differ": "passed", "outside_masks_equal": "passed",
-                          "grads_match_one_rank": "skipped"})
+                          "grads_match_one_rank": "skipped", "pp_schedule_1f1b": "skipped",
+                          "pp_stage_masks_differ": "skipped"})
         h, f = self.b
         self.assertEqual(h["status"], "ok", h["reason"])
         v = {x["check"]: x for x in rc.check_all(h, f, CASE_B, self.one_b)}
@@ -154,6 +155,138 @@ class RankGroupTest(unittest.TestCase):
         # the group still serves
         h, _ = run(self.group, CASE_B, rid=10)
         self.assertEqual(h["status"], "ok")
+
+
+# P: four layers in two stages of two, draws on stage 0 only (checkpointed): a pp 2 run is bitwise
+# a one-rank run's; three microbatches give stage 0 a warmup forward, a steady pair and a cooldown.
+CASE_P = make_case("pp-grads", [{"kind": "mlp", "dropout": 0.1, "checkpoint": "full"},
+                                {"kind": "attention", "heads": 2, "dropout": 0.2, "checkpoint": "full"},
+                                {"kind": "block", "heads": 2, "checkpoint": "selective", "checkpoint_modules": ["mlp"]},
+                                {"kind": "swiglu"}], microbatches=3)
+# Q: both stages alike ([mlp, dropout] each) and drawing: the stages' streams are compared.
+CASE_Q = make_case("pp-seeds", [{"kind": "mlp", "dropout": 0.2, "checkpoint": "full"}, {"kind": "dropout", "dropout": 0.3},
+                                {"kind": "mlp", "dropout": 0.2, "checkpoint": "full"}, {"kind": "dropout", "dropout": 0.3}])
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class PipelineTest(unittest.TestCase):
+    """pp 2 on a group of 2 (frameworks/torch/pipeline.py): the gathered observation and the oracles."""
+
+    group: Worker
+    hello: Dict[str, Any]
+    p: Reply
+    q: Reply
+    one_p: Reply
+    one_q: Reply
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.group = Worker("--ranks", "2")
+        one = Worker()
+        try:
+            cls.hello, _ = cls.group.request({"op": "hello", "protocol": "recap.worker/1"})
+            cls.p = run(cls.group, dict(CASE_P, pp=2), pp=2, tp=1, mask_frames=True)
+            cls.q = run(cls.group, dict(CASE_Q, pp=2), rid=2, pp=2)
+            cls.one_p = run(one, CASE_P)
+            cls.one_q = run(one, CASE_Q)
+        finally:
+            one.close()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.group.close()
+
+    def test_hello_lists_pp(self) -> None:
+        self.assertEqual(self.hello["capabilities"]["pp"], [2])
+        self.assertEqual(self.hello["capabilities"]["tp"], [2])
+
+    def test_gathered_observation(self) -> None:
+        h, f = self.p
+        self.assertEqual(h["status"], "ok", h.get("reason"))
+        g = h["ranks"]
+        self.assertEqual((g["world"], g["tp"], g["pp"], g["stages"], g["stage_layers"]), (2, 1, 2, [0, 1], [[0, 2], [2, 4]]))
+        for s in h["steps"]:
+            r0, r1 = s["ranks"]
+            self.assertEqual(r0["losses"], [None, None, None])  # stage 0 computes no loss
+            self.assertEqual(s["losses"], r1["losses"])  # the step's losses are the last stage's
+            self.assertEqual(s["masks"], r0["masks"] + r1["masks"])  # every stage's draws in stage order
+            self.assertTrue(all(m["layer"].startswith(("mlp0", "attention1")) for m in r0["masks"]))
+            self.assertEqual(r0["schedule"], [["forward", 0], ["forward", 1], ["backward", 0], ["forward", 2],
+                                              ["backward", 1], ["backward", 2]])
+            self.assertEqual(r1["schedule"], [["forward", 0], ["backward", 0], ["forward", 1], ["backward", 1],
+                                              ["forward", 2], ["backward", 2]])
+        self.assertEqual(set(self.one_p[1]), set(n for n in f if "@" not in n))  # the one-rank reply's shape
+        self.assertIn("grad 0 0 0 @0", f)
+        self.assertNotIn("grad 0 0 0 @1", f)  # a rank sends its own stage's gradients only
+        self.assertTrue(any(n.startswith("mask 0 0 forward mlp0.dropout") and n.endswith(" @0") for n in f))
+
+    def test_bitwise_one_rank(self) -> None:
+        h, f = self.p
+        v = {x["check"]: x for x in rc.check_all(h, f, CASE_P, self.one_p)}
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "passed", v["grads_match_one_rank"]["reason"])
+        self.assertIn("bitwise", v["grads_match_one_rank"]["reason"])
+        self.assertGreater(v["grads_match_one_rank"]["evidence"]["tensors"], 100)
+        self.assertEqual(v["pp_schedule_1f1b"]["verdict"], "passed", v["pp_schedule_1f1b"]["reason"])
+        self.assertEqual(v["recompute_equal"]["verdict"], "passed")
+        self.assertEqual(v["outside_masks_equal"]["verdict"], "skipped")  # one rank per stage
+        self.assertEqual(v["tp_masks_differ"]["verdict"], "skipped")
+
+    def test_later_stage_draws(self) -> None:
+        h, f = self.q
+        self.assertEqual(h["status"], "ok", h.get("reason"))
+        v = {x["check"]: x for x in rc.check_all(h, f, CASE_Q, self.one_q)}
+        self.assertEqual(v["pp_stage_masks_differ"]["verdict"], "passed", v["pp_stage_masks_differ"]["reason"])
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "skipped")
+        self.assertIn("stage 1 draws", v["grads_match_one_rank"]["reason"])
+        self.assertEqual(v["pp_schedule_1f1b"]["verdict"], "passed")
+
+    def test_bad_requests(self) -> None:
+        h, _ = run(self.group, CASE_P, rid=7, pp=3)
+        self.assertEqual(h["op"], "error")
+        self.assertIn("pp", h["message"])
+        h, _ = run(self.group, CASE_P, rid=8, pp=2, tp=2)
+        self.assertEqual(h["op"], "error")
+        three = make_case("three", [{"kind": "linear"}] * 3)
+        h, _ = run(self.group, three, rid=9, pp=2)
+        self.assertEqual(h["status"], "skipped")
+        self.assertIn("3 layers are not a multiple of 2", h["reason"])
+        h, _ = run(self.group, CASE_P, rid=10, pp=2)  # the group still serves
+        self.assertEqual(h["status"], "ok")
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class PipelineFaultTest(unittest.TestCase):
+    """Each planted pipeline fault is caught by its oracle, where the clean run passes it (PipelineTest)."""
+
+    def faulted(self, fault: str, case: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": fault})
+        o = Worker()
+        try:
+            h, f = run(w, case, pp=2)
+            one = run(o, case)
+        finally:
+            w.close()
+            o.close()
+        self.assertEqual(h["status"], "ok", h.get("reason"))
+        return {x["check"]: x for x in rc.check_all(h, f, case, one)}
+
+    def test_pp_stage_seed_shared(self) -> None:
+        v = self.faulted("pp-stage-seed-shared", CASE_Q)
+        self.assertEqual(v["pp_stage_masks_differ"]["verdict"], "failed")
+        self.assertIn("one stream", v["pp_stage_masks_differ"]["reason"])
+
+    def test_pp_send_stale(self) -> None:
+        v = self.faulted("pp-send-stale", CASE_P)
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "failed")
+        self.assertIn("not bitwise equal", v["grads_match_one_rank"]["reason"])
+        self.assertEqual(v["pp_schedule_1f1b"]["verdict"], "passed")
+
+    def test_pp_schedule_gpipe(self) -> None:
+        v = self.faulted("pp-schedule-gpipe", CASE_P)
+        self.assertEqual(v["pp_schedule_1f1b"]["verdict"], "failed")
+        self.assertIn("rank 0 (stage 0 of 2, 3 microbatches): event 2 was the forward of microbatch 2",
+                      v["pp_schedule_1f1b"]["reason"])
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "passed")  # the order alone is wrong
 
 
 @unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
@@ -211,6 +344,11 @@ class LostRankTest(unittest.TestCase):
         w.send({"op": "run", "id": 4, "case": CASE_A}, random_frames(CASE_A))
         self.check_lost(w, 4)
         self.assertIn("kill-rank", w.stderr_text)
+
+    def test_stage_killed_mid_request(self) -> None:  # pp 2: the last stage dies in its first layer
+        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": "kill-rank"})
+        w.send({"op": "run", "id": 5, "case": CASE_P, "pp": 2}, random_frames(CASE_P))
+        self.check_lost(w, 5)
 
     @unittest.skipUnless(os.path.isdir("/proc/self/task"), "needs /proc")
     def test_rank_killed_between_requests(self) -> None:

@@ -55,8 +55,8 @@ void add_sut_options(CLI::App& cmd, SutFlags* f) {
                                                   : std::string();
       });
   cmd.add_option("--ranks", f->ranks,
-                 "Also start a rank group of N ranks (2..64; --sut torch only, on gloo on the CPU): cases of tp N run "
-                 "there, tp 1 on the ordinary worker, and the cross-rank properties are judged (drivers/PROTOCOL.md, "
+                 "Also start a rank group of N ranks (2..64; --sut torch only, on gloo on the CPU): cases of tp N or pp N run "
+                 "there, tp 1 pp 1 on the ordinary worker, and the cross-rank properties are judged (drivers/PROTOCOL.md, "
                  "\"Rank groups\")")
       ->check(CLI::Range(2, 64));
 }
@@ -212,6 +212,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
   if (group_caps) {
     s.caps.tp = group_caps->tp;
     s.caps.tp_executor = group_caps->tp_executor;
+    s.caps.pp = group_caps->pp;
   }
   return s;
 }

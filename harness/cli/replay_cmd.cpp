@@ -299,12 +299,13 @@ int replay(const ReplayArgs& a) {
   std::map<std::string, SystemUnderTest> systems;
   for (size_t i = 0; i < suts.size(); ++i) {
     if (!mutants[i].empty()) suts[i] += " with mutant " + mutants[i];
-    // A case of tp N found on a rank group replays on one (its --ranks N) without being told
-    const bool group = a.sut.ranks == 0 && specs[i].tp > 1 && suts[i].rfind("torch", 0) == 0;
-    if (group) suts[i] += " --ranks " + std::to_string(specs[i].tp);
+    // A case of tp N (or pp N) found on a rank group replays on one (its --ranks N) without being told
+    const int ranks = specs[i].tp * specs[i].pp;
+    const bool group = a.sut.ranks == 0 && ranks > 1 && suts[i].rfind("torch", 0) == 0;
+    if (group) suts[i] += " --ranks " + std::to_string(ranks);
     if (systems.count(suts[i])) continue;
     SutFlags f = a.sut;
-    if (group) f.ranks = specs[i].tp;
+    if (group) f.ranks = ranks;
     if (!mutants[i].empty()) f.worker_env.push_back("RECAP_FRAMEWORK_MUTANT=" + mutants[i]);
     const std::string text = suts[i].substr(0, suts[i].find(' '));
     systems.emplace(suts[i], make_sut(f, text, backend));

@@ -155,6 +155,18 @@ std::string capabilities_from_json(const Json& j, Capabilities* out) {
       std::sort(c.tp.begin(), c.tp.end());
       c.tp_executor = c.all.executor;
     }
+    if (j.contains("pp")) {  // a rank group's pipeline stages (1, none, is every system's)
+      const Json& t = j["pp"];
+      if (!t.is_array()) throw Bad{"capabilities.pp: expected an array of integers, got " + type_of(t)};
+      for (const Json& x : t) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 64)
+          throw Bad{"capabilities.pp: expected integers in [1, 64], got " + x.dump().substr(0, 40)};
+        const int n = x.get<int>();
+        if (n > 1 && std::find(c.pp.begin(), c.pp.end(), n) == c.pp.end()) c.pp.push_back(n);
+      }
+      std::sort(c.pp.begin(), c.pp.end());
+      c.tp_executor = c.all.executor;
+    }
     auto restrict_executor = [&](ExecutorKind e, const Json& r, const std::string& where) {
       Dims d;
       read_dims(r, where, /*per_executor=*/true, &d);

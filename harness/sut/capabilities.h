@@ -45,6 +45,9 @@ struct Capabilities {
   // "executor"). Empty: one rank only, and the generators draw no tp (their draws unchanged).
   std::vector<int> tp;
   std::vector<training::ExecutorKind> tp_executor;
+  // Pipeline stages above 1 the group runs (its hello's "pp": [N]); a case's tp * pp is one of the
+  // group's sizes (tp or pp values). Empty: no pp is drawn.
+  std::vector<int> pp;
 };
 
 // Everything recap.case/1 defines (what `all` is for a hello that lists nothing).

@@ -341,13 +341,16 @@ std::string WorkerSut::stderr_tail() const {
 SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   // A one-rank worker would run a tp case on one rank, and a group runs its own size only: neither
   // is the case as specified (checked before a worker is started for it)
-  if (spec.tp > 1 && config_.ranks != spec.tp)
-    throw SkippedBySut("tp " + std::to_string(spec.tp) + ": " +
-                       (config_.ranks > 0 ? "this rank group runs tp " + std::to_string(config_.ranks)
-                                          : "this worker runs one rank (--ranks " + std::to_string(spec.tp) +
+  const int ranks = spec.tp * spec.pp;  // a case's ranks: tp within each of its pp stages
+  const std::string dims = "tp " + std::to_string(spec.tp) + (spec.pp > 1 ? " pp " + std::to_string(spec.pp) : "");
+  if (ranks > 1 && config_.ranks != ranks)
+    throw SkippedBySut(dims + ": " +
+                       (config_.ranks > 0 ? "this rank group has " + std::to_string(config_.ranks) + " ranks"
+                                          : "this worker runs one rank (--ranks " + std::to_string(ranks) +
                                                 " starts a rank group)"));
-  if (spec.tp == 1 && config_.ranks > 0)
-    throw SkippedBySut("tp 1: a rank group of " + std::to_string(config_.ranks) + " runs tp " + std::to_string(config_.ranks) + " only");
+  if (ranks == 1 && config_.ranks > 0)
+    throw SkippedBySut("tp 1: a rank group of " + std::to_string(config_.ranks) + " runs " + std::to_string(config_.ranks) +
+                       " ranks only");
   if (pid_ < 0) {
     profile::Scope startup(profile::kStartup);  // the worker's process, its imports, its hello
     try {
@@ -360,7 +363,10 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   Message req;
   const int64_t id = next_id_++;
   req.header = {{"op", "run"}, {"id", id}, {"case", training::case_to_json(spec)}};
-  if (spec.tp > 1) req.header["tp"] = spec.tp;  // a rank group's request (drivers/PROTOCOL.md, "Rank groups")
+  if (ranks > 1) {  // a rank group's request (drivers/PROTOCOL.md, "Rank groups")
+    req.header["tp"] = spec.tp;
+    if (spec.pp > 1) req.header["pp"] = spec.pp;
+  }
   if (config_.determinism_check) {
     // one check per case family: its executors share the eager form, and its checkpoints run
     // the same kernels again (a recompute is the forward's), so the no-checkpoint twin shares it

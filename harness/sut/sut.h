@@ -229,12 +229,12 @@ class RankedSut : public Sut {
   std::string name() const override { return one_->name(); }
   bool recap_runtime() const override { return false; }
   SutRun run(const training::CaseSpec& spec, const RunRequest& ask) override {
-    WorkerSut& w = spec.tp > 1 ? *group_ : *one_;
+    WorkerSut& w = spec.tp * spec.pp > 1 ? *group_ : *one_;
     last_ = &w;
     return w.run(spec, ask);
   }
   Measurement measure(const training::CaseSpec& spec) override {
-    if (spec.tp > 1) throw SkippedBySut("a rank group serves no measure request (drivers/PROTOCOL.md, \"Rank groups\")");
+    if (spec.tp * spec.pp > 1) throw SkippedBySut("a rank group serves no measure request (drivers/PROTOCOL.md, \"Rank groups\")");
     last_ = one_.get();
     return one_->measure(spec);
   }

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -163,6 +165,16 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
   rg.backend = g.value("backend", std::string());
   if (rg.world < 1 || rg.world > 64) throw ProtocolError("observation.ranks.world: " + std::to_string(rg.world) + " is not in [1, 64]");
   rg.tp_sites = g.value("tp_sites", std::vector<std::string>{});
+  rg.pp = g.value("pp", 1);
+  rg.stages = g.value("stages", std::vector<int>(static_cast<size_t>(rg.world), 0));
+  if (rg.stages.size() != static_cast<size_t>(rg.world))
+    throw ProtocolError("observation.ranks.stages: " + std::to_string(rg.stages.size()) + " stages for " +
+                        std::to_string(rg.world) + " ranks");
+  for (const Json& e : g.value("stage_layers", Json::array())) {
+    if (!e.is_array() || e.size() != 2) throw ProtocolError("observation.ranks.stage_layers: expected [first, stop] pairs");
+    rg.stage_layers.push_back({e[0].get<int>(), e[1].get<int>()});
+  }
+  rg.schedules.resize(static_cast<size_t>(rg.world));
   rg.shard_dim.assign(n, -1);
   for (const Json& e : g.value("shards", Json::array())) {
     const size_t i = need(e, "param", "observation.ranks.shards").get<size_t>();
@@ -195,6 +207,15 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
             k.index += o.step == k.step && o.layer == k.layer && o.op == k.op && o.microbatch == k.microbatch && o.pass == k.pass;
         }
         mine.push_back(std::move(k));
+      }
+      if (row.contains("schedule")) {  // a pipeline stage's events of this step, as it ran them
+        std::vector<training::StageEvent> events;
+        for (const Json& e : row["schedule"]) {
+          if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer())
+            throw ProtocolError("steps.ranks.schedule: expected [\"forward\"|\"backward\", microbatch] pairs");
+          events.push_back({e[0].get<std::string>() == "forward", e[1].get<int>()});
+        }
+        rg.schedules[static_cast<size_t>(rank)].push_back({step, std::move(events)});
       }
       const size_t mbs = row.value("losses", Json::array()).size();
       for (size_t mb = 0; mb < mbs; ++mb)
@@ -266,6 +287,29 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     const int world = group ? h["ranks"].value("world", 1) : 1;
     const std::vector<std::string> tp_sites = group ? h["ranks"].value("tp_sites", std::vector<std::string>{})
                                                     : std::vector<std::string>{};
+    // A pipeline group: the rank that ran each top-level layer (the first rank of its stage), whose
+    // `@<r>` masks the fp64 oracles apply to that layer.
+    std::vector<int> layer_rank;
+    if (group && h["ranks"].value("pp", 1) > 1) {
+      const std::vector<int> stages = h["ranks"].value("stages", std::vector<int>{});
+      int stage = 0;
+      for (const Json& e : h["ranks"].value("stage_layers", Json::array())) {
+        const auto it = std::find(stages.begin(), stages.end(), stage++);
+        for (int l = e.at(0).get<int>(); l < e.at(1).get<int>() && l < 4096; ++l) {
+          if (static_cast<int>(layer_rank.size()) <= l) layer_rank.resize(static_cast<size_t>(l) + 1, -1);
+          layer_rank[static_cast<size_t>(l)] = it == stages.end() ? -1 : static_cast<int>(it - stages.begin());
+        }
+      }
+    }
+    auto rank_of_site = [&](const std::string& site) {  // "block3.attn.core": layer 3's rank; 0 without pp
+      if (layer_rank.empty()) return 0;
+      const std::string head = site.substr(0, site.find('.'));
+      size_t i = head.size();
+      while (i > 0 && std::isdigit(static_cast<unsigned char>(head[i - 1]))) --i;
+      if (i == head.size()) return -1;
+      const size_t l = std::stoul(head.substr(i));
+      return l < layer_rank.size() ? layer_rank[l] : -1;
+    };
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
     const int act = static_cast<int>(device::MemCategory::Activations);
@@ -324,12 +368,14 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
               // (every rank's is equal: outside_masks_equal); inside, the full mask is the ranks'
               // in rank order (rank r owns heads r*heads/N ..; a mask is [heads, T, T]), so the
               // fp64 oracles apply what the group drew to the full model.
+              // With pipeline stages each layer's mask is the one rank's that ran it (its stage's).
               const bool inside = std::find(tp_sites.begin(), tp_sites.end(), e.site.layer) != tp_sites.end();
+              const int owner = rank_of_site(e.site.layer);
               std::vector<uint8_t> full;
-              bool whole = true;
-              for (int r = 0; r < (inside ? world : 1) && whole; ++r) {
+              bool whole = owner >= 0;
+              for (int r = owner; r < (inside ? world : owner + 1) && whole; ++r) {
                 const Frame* f = m.frame(name + " @" + std::to_string(r));
-                whole = f && f->dtype == "u8" && (r > 0 || f->bytes.size() == e.count);
+                whole = f && f->dtype == "u8" && (r > owner || f->bytes.size() == e.count);
                 if (whole) full.insert(full.end(), f->bytes.begin(), f->bytes.end());
               }
               if (whole) {

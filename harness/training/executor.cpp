@@ -641,6 +641,9 @@ std::string unmodelled(const CaseSpec& spec) {
   if (spec.tp > 1)
     return "tp " + std::to_string(spec.tp) + ": recap's runtime runs one rank (a rank group runs it: --sut torch --ranks " +
            std::to_string(spec.tp) + ")";
+  if (spec.pp > 1)
+    return "pp " + std::to_string(spec.pp) + ": recap's runtime runs one rank (a rank group runs it: --sut torch --ranks " +
+           std::to_string(spec.tp * spec.pp) + ")";
   return "";
 }
 

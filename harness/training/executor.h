@@ -63,8 +63,18 @@ struct RankMask {
   std::string digest;
   uint64_t numel = 0;
 };
+// One forward or backward of a pipeline stage, as the stage ran it (its schedule).
+struct StageEvent {
+  bool forward = true;
+  int microbatch = 0;
+  bool operator==(const StageEvent& o) const { return forward == o.forward && microbatch == o.microbatch; }
+};
 struct RankGroupRun {
-  int world = 1, tp = 1;
+  int world = 1, tp = 1, pp = 1;
+  std::vector<int> stages;                       // per rank: its pipeline stage (all 0 without pp)
+  std::vector<std::pair<int, int>> stage_layers;  // per stage: [first, stop) of its layers
+  // per rank, per step (in step order): its events as it ran them; empty without pp
+  std::vector<std::vector<std::pair<int, std::vector<StageEvent>>>> schedules;
   std::string backend;                    // "gloo", "nccl"
   std::vector<std::string> tp_sites;      // draw sites inside tensor-parallel regions
   std::vector<int> shard_dim;             // per parameter: the dim it is split along, -1 held whole by every rank

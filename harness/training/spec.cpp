@@ -143,7 +143,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   check_keys(j, "",
              {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers", "checkpoint_style",
               "policy", "executor", "warmup", "replays", "microbatches", "microbatch_order", "generator",
-              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "faults"});
+              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "pp", "faults"});
   if (j.contains("schema")) {
     std::string schema = get_string(j["schema"], "schema");
     if (schema != "recap.case/1") fail("schema", "unsupported schema '" + schema + "' (this recap reads recap.case/1)");
@@ -197,6 +197,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   }
   if (j.contains("lr")) s->lr = static_cast<float>(get_number(j["lr"], "lr"));
   if (j.contains("tp")) s->tp = get_int32(j["tp"], "tp");
+  if (j.contains("pp")) s->pp = get_int32(j["pp"], "pp");
   if (j.contains("faults")) {
     const Json& fs = j["faults"];
     if (!fs.is_array()) fail("faults", "expected an array of fault names, got " + type_of(fs));
@@ -313,6 +314,10 @@ std::string validate(const CaseSpec& s) {
   }
   if (!std::isfinite(s.lr) || s.lr < 0.0f || s.lr > 10.0f) return "lr must be in [0, 10], got " + fmt_float(s.lr);
   if (s.tp < 1 || s.tp > 64) return range_error("tp", 1, 64, s.tp);
+  if (s.pp < 1 || s.pp > 64) return range_error("pp", 1, 64, s.pp);
+  if (s.tp * s.pp > 64)
+    return "pp " + std::to_string(s.pp) + " with tp " + std::to_string(s.tp) + ": " + std::to_string(s.tp * s.pp) +
+           " ranks, at most 64";
   std::string model_error = models::validate(m);
   if (!model_error.empty()) return "model: " + model_error;
   return "";
@@ -368,6 +373,7 @@ Json case_to_json(const CaseSpec& s) {
   j["seeds"] = {{"param", s.param_seed}, {"data", s.data_seed}, {"rng", s.rng_seed}};
   j["lr"] = float_for_json(s.lr);
   if (s.tp != 1) j["tp"] = s.tp;  // absent at 1: one-rank files and reports are unchanged
+  if (s.pp != 1) j["pp"] = s.pp;
   if (!s.faults.empty()) j["faults"] = s.faults;  // absent when none: files without faults are unchanged
   if (!s.expected.is_null()) j["expected"] = s.expected;
   return j;

@@ -23,6 +23,8 @@
 //     "lr": 0.05,
 //     "tp": 1,                                  (tensor-parallel ranks: 1 .. 64, default 1; > 1 runs on a
 //                                                rank group, drivers/PROTOCOL.md "Rank groups")
+//     "pp": 1,                                  (pipeline stages: 1 .. 64, default 1; tp * pp ranks,
+//                                                at most 64, run the case)
 //     "faults": ["rng-offset-baked"],          (fault points, docs/faults.md; absent: none)
 //     "expected": <any JSON, kept as is for the corpus>
 //   }
@@ -123,6 +125,9 @@ struct CaseSpec {
   // Tensor-parallel world size (issue 22): 1 is one rank; N > 1 runs on a rank group of N ranks
   // (`recap fuzz --sut torch --ranks N`), which recap's runtime does not model (training::unmodelled).
   int tp = 1;
+  // Pipeline-parallel stages (issue 22): 1 is none; P > 1 splits the layers into P contiguous
+  // stages on a rank group of tp * P ranks, which recap's runtime does not model either.
+  int pp = 1;
   // Fault points on while the case runs (harness/runtime/faults.h): a reproducer of a broken
   // mechanism carries the fault it needs. Empty for every real case.
   std::vector<std::string> faults;

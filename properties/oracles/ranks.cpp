@@ -10,8 +10,18 @@
 //   outside_masks_equal   draws outside those regions are equal on every rank (dp-seed-per-rank)
 //   grads_match_one_rank  the group's full-shape gradients and parameters equal a one-rank run's of
 //                         the same case (tp 1, the ordinary worker) within a relative L2 tolerance,
-//                         and replicated parameters' gradients agree across ranks (tp-grad-not-reduced)
+//                         and replicated parameters' gradients agree across ranks (tp-grad-not-reduced);
+//                         with pipeline stages of tp 1, bitwise equal (pp-send-stale)
+//   pp_schedule_1f1b      every stage's forward and backward events, as it ran them, are megatron-core's
+//                         non-interleaved 1F1B order (pp-schedule-gpipe)
+//   pp_stage_masks_differ the j-th draw of a step's microbatch on two stages, of equal size and
+//                         probability, differ beyond chance: each stage draws its own stream
+//                         (pp-stage-seed-shared)
+// With pipeline stages the mask checks compare ranks of one stage only (other stages run other
+// layers from other seeds).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -53,13 +63,14 @@ std::string fixed1(double v) {
 
 // The group's run, or why there is nothing to judge across ranks.
 const RankGroupRun* group_of(Runs& runs, std::string* why) {
-  if (runs.spec().tp <= 1) {
+  if (runs.spec().tp <= 1 && runs.spec().pp <= 1) {
     *why = "tp 1: one rank, nothing to compare across ranks";
     return nullptr;
   }
   const auto& g = runs.main().ranks;
   if (!g) {
-    *why = "the observation of a tp " + std::to_string(runs.spec().tp) + " case has no ranks (not a rank group's)";
+    *why = "the observation of a tp " + std::to_string(runs.spec().tp) + " pp " + std::to_string(runs.spec().pp) +
+           " case has no ranks (not a rank group's)";
     return nullptr;
   }
   if (g->world < 2) {
@@ -78,6 +89,11 @@ std::vector<std::map<MaskKey, const RankMask*>> forward_table(const RankGroupRun
       if (m.pass == runtime::Phase::Forward && (sites.count(m.layer) > 0) == inside) out[r][key_of(m)] = &m;
   return out;
 }
+
+// Every rank's stage (all 0 without pipeline stages), and how many stages there are.
+int stage_of(const RankGroupRun& g, size_t rank) { return rank < g.stages.size() ? g.stages[rank] : 0; }
+int stage_count(const RankGroupRun& g) { return static_cast<int>(std::set<int>(g.stages.begin(), g.stages.end()).size()); }
+bool one_rank_per_stage(const RankGroupRun& g) { return stage_count(g) > 1 && stage_count(g) == static_cast<int>(g.masks.size()); }
 
 // The dropout probability of draw site `layer` ("attention0.core": layer 0's).
 double site_p(const training::CaseSpec& spec, const std::string& layer) {
@@ -106,6 +122,38 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
     den += static_cast<double>(b[i]) * b[i];
   }
   return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// Why a pipeline group's run cannot equal a one-rank run's draws: a stage after the first draws
+// (megatron's _set_random_seed seeds stage s with seed + 100 * s; one rank draws from seed).
+std::string later_stage_draws(const RankGroupRun& g) {
+  for (size_t rank = 0; rank < g.masks.size(); ++rank)
+    if (stage_of(g, rank) > 0)
+      for (const RankMask& m : g.masks[rank])
+        if (m.pass == runtime::Phase::Forward)
+          return "stage " + std::to_string(stage_of(g, rank)) + " draws (" + m.layer +
+                 "): a stage is seeded seed + 100 * stage (megatron's _set_random_seed), the one-rank run draws others";
+  return "";
+}
+
+// megatron-core's non-interleaved 1F1B order of one stage (schedules.py
+// forward_backward_pipelining_without_interleaving): min(P - stage - 1, M) warmup forwards, one
+// forward and one backward alternately, then the remaining backwards.
+std::vector<training::StageEvent> one_f_one_b(int pp, int stage, int microbatches) {
+  const int warm = std::min(pp - stage - 1, microbatches);
+  std::vector<training::StageEvent> out;
+  for (int m = 0; m < warm; ++m) out.push_back({true, m});
+  for (int i = 0; i < microbatches - warm; ++i) {
+    out.push_back({true, warm + i});
+    out.push_back({false, i});
+  }
+  for (int m = microbatches - warm; m < microbatches; ++m) out.push_back({false, m});
+  return out;
+}
+
+std::string event_name(const std::vector<training::StageEvent>& v, size_t i) {
+  if (i >= v.size()) return "nothing";
+  return std::string(v[i].forward ? "forward" : "backward") + " of microbatch " + std::to_string(v[i].microbatch);
 }
 
 }  // namespace
@@ -148,6 +196,8 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
   if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
   const RankGroupRun& g = *r.ranks;
   if (g.masks.size() < 2) return skipped(p, "one rank: nothing to compare across ranks");
+  if (one_rank_per_stage(g))
+    return skipped(p, std::to_string(g.masks.size()) + " pipeline stages of one rank each: no tensor-parallel region");
   const auto tables = forward_table(g, /*inside=*/true);
   std::set<MaskKey> keys;
   for (const auto& t : tables)
@@ -167,6 +217,7 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
   std::optional<std::pair<double, std::string>> worst;
   for (size_t a = 0; a < tables.size(); ++a)
     for (size_t b = a + 1; b < tables.size(); ++b) {
+      if (stage_of(g, a) != stage_of(g, b)) continue;  // other layers, other seeds
       ++pairs;
       std::vector<MaskKey> same;
       for (const MaskKey& k : keys)
@@ -193,12 +244,15 @@ CheckResult outside_masks_equal_check(const RunResult& r) {
   if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
   const RankGroupRun& g = *r.ranks;
   if (g.masks.size() < 2) return skipped(p, "one rank: nothing to compare across ranks");
+  if (one_rank_per_stage(g))
+    return skipped(p, std::to_string(g.masks.size()) + " pipeline stages of one rank each: no two ranks run the same layers");
   const auto tables = forward_table(g, /*inside=*/false);
   bool any = false;
   for (const auto& t : tables) any = any || !t.empty();
   if (!any) return skipped(p, "no dropout draw outside the tensor-parallel regions");
   const auto& ref = tables[0];
   for (size_t rank = 1; rank < tables.size(); ++rank) {
+    if (stage_of(g, rank) != stage_of(g, 0)) continue;  // only ranks of one stage run the same layers
     std::set<MaskKey> keys;
     for (const auto& [k, m] : ref) keys.insert(k);
     for (const auto& [k, m] : tables[rank]) keys.insert(k);
@@ -231,6 +285,10 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   if (!inside.empty() && !inside[0].empty())
     return skipped(p, std::to_string(inside[0].size()) + " draws inside tensor-parallel regions come from per-rank "
                       "generators, a one-rank run draws others: its gradients differ by design");
+  // A pipeline group of tp 1 computes each layer whole on one stage, as one rank does: bitwise.
+  const bool pipeline = stage_count(g) > 1;
+  if (pipeline)
+    if (std::string why = later_stage_draws(g); !why.empty()) return skipped(p, why);
   if (std::string t = twin_trouble("the one-rank twin", one); !t.empty()) return skipped(p, t);
   const RunResult& o = *one.result;
   // rank 0's forward draws against the one-rank run's (its ledger's masks, numbered as the group's)
@@ -268,6 +326,9 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
     const double e = relative_l2(a, b);
     ++tensors;
     elements += a.size();
+    if (pipeline && (a.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0))
+      return bad(p, Disposition::Incorrect, "'" + name + "': not bitwise equal to the one-rank run (relative L2 " + g2(e) +
+                                                "); a pipeline stage computes its layers as one rank does");
     if (e > worst || std::isnan(e)) {
       worst = e;
       worst_name = name;
@@ -296,6 +357,7 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   size_t replicated = 0;
   for (size_t rank = 1; rank < g.replicated_grads.size(); ++rank)
     for (const auto& [name, r0] : g.replicated_grads[0]) {
+      if (stage_of(g, rank) != stage_of(g, 0)) break;  // its parameters are another stage's
       auto it = g.replicated_grads[rank].find(name);
       if (it == g.replicated_grads[rank].end())
         return bad(p, Disposition::Incorrect, "no frame '" + name + " @" + std::to_string(rank) + "'");
@@ -306,9 +368,92 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
                                                   " differs from rank 0 by " + g2(e));
     }
   if (tensors == 0) return skipped(p, "no gradient or parameter to compare");
+  if (pipeline)
+    return passed(p, std::to_string(tensors) + " tensors (" + std::to_string(elements) + " elements) of " +
+                         std::to_string(stage_count(g)) + " pipeline stages bitwise equal to the one-rank run's");
   return passed(p, std::to_string(tensors) + " tensors (" + std::to_string(elements) + " elements) within " + g2(tol) +
                        " of the one-rank run (worst " + g2(worst) + ": '" + worst_name + "'), " + std::to_string(replicated) +
                        " replicated gradients equal across " + std::to_string(g.world) + " ranks");
+}
+
+CheckResult pp_schedule_1f1b_check(const RunResult& r) {
+  const char* p = "pp_schedule_1f1b";
+  if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
+  const RankGroupRun& g = *r.ranks;
+  // judged from what the stages observed: P is the stages that reported, M the microbatches a
+  // stage ran, never the case's fields
+  const int pp = stage_count(g);
+  if (pp < 2) return skipped(p, "no pipeline stages: nothing scheduled across ranks");
+  size_t schedules = 0, events = 0;
+  for (size_t rank = 0; rank < g.schedules.size(); ++rank)
+    for (const auto& [step, got] : g.schedules[rank]) {
+      if (got.empty()) continue;
+      std::set<int> mbs;
+      for (const auto& e : got) mbs.insert(e.microbatch);
+      const int stage = stage_of(g, rank);
+      const auto want = one_f_one_b(pp, stage, static_cast<int>(mbs.size()));
+      ++schedules;
+      events += got.size();
+      if (got != want) {
+        size_t i = 0;
+        while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+        return bad(p, Disposition::Incorrect,
+                   "step " + std::to_string(step) + " rank " + std::to_string(rank) + " (stage " + std::to_string(stage) +
+                       " of " + std::to_string(pp) + ", " + std::to_string(mbs.size()) + " microbatches): event " +
+                       std::to_string(i) + " was the " + event_name(got, i) + ", 1F1B runs the " + event_name(want, i));
+      }
+    }
+  if (schedules == 0) return skipped(p, "no stage reported its schedule");
+  return passed(p, std::to_string(schedules) + " stage schedules (" + std::to_string(events) + " events) are 1F1B over " +
+                       std::to_string(pp) + " stages");
+}
+
+CheckResult pp_stage_masks_differ_check(const RunResult& r) {
+  const char* p = "pp_stage_masks_differ";
+  if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
+  const RankGroupRun& g = *r.ranks;
+  if (stage_count(g) < 2) return skipped(p, "no pipeline stages: nothing to compare across stages");
+  // per stage (its first rank): (step, microbatch, j) -> its j-th forward draw of that microbatch
+  std::map<int, std::map<std::tuple<int, int, int>, const RankMask*>> seq;
+  for (size_t rank = 0; rank < g.masks.size(); ++rank) {
+    const int stage = stage_of(g, rank);
+    if (seq.count(stage)) continue;
+    auto& t = seq[stage];
+    std::map<std::pair<int, int>, int> count;
+    for (const RankMask& m : g.masks[rank])
+      if (m.pass == runtime::Phase::Forward) t[{m.step, m.microbatch, count[{m.step, m.microbatch}]++}] = &m;
+  }
+  size_t pairs = 0, coincident = 0;
+  double power = 0, same = 0;
+  std::string first;
+  for (auto a = seq.begin(); a != seq.end(); ++a)
+    for (auto b = std::next(a); b != seq.end(); ++b)
+      for (const auto& [k, x] : a->second) {
+        auto y = b->second.find(k);
+        if (y == b->second.end()) continue;
+        const double px = site_p(r.spec, x->layer);
+        if (x->numel != y->second->numel || px != site_p(r.spec, y->second->layer)) continue;
+        ++pairs;
+        const double c = log10_chance(px, x->numel);
+        power += c;
+        if (x->digest != y->second->digest) continue;
+        ++coincident;
+        same += c;
+        if (first.empty())
+          first = "step " + std::to_string(std::get<0>(k)) + " mb " + std::to_string(std::get<1>(k)) + " draw " +
+                  std::to_string(std::get<2>(k)) + ": stage " + std::to_string(a->first) + " (" + x->layer + ") and stage " +
+                  std::to_string(b->first) + " (" + y->second->layer + ") drew " + x->digest;
+      }
+  if (pairs == 0) return skipped(p, "no two stages made a draw of equal size and probability at one position");
+  if (power > std::log10(kChance))
+    return skipped(p, "the masks are too small to tell stages apart: equal masks on every pair would happen by chance "
+                      "with probability 10^" + fixed1(power));
+  if (coincident && same < std::log10(kChance))
+    return bad(p, Disposition::Incorrect,
+               std::to_string(coincident) + " of " + std::to_string(pairs) + " draws equal across stages (chance 10^" +
+                   fixed1(same) + "; first: " + first + "): the stages draw one stream");
+  return passed(p, std::to_string(pairs) + " draws at equal positions differ across " + std::to_string(stage_count(g)) +
+                       " stages");
 }
 
 namespace {
@@ -350,10 +495,29 @@ Oracle grads_match_one_rank_oracle() {
              if (!group_of(runs, &why)) return skipped("grads_match_one_rank", why);
              // skipped before the twin runs when draws inside regions (or a failed run) make it void
              const auto inside = forward_table(*runs.main().ranks, /*inside=*/true);
-             if (runs.main().failure || (!inside.empty() && !inside[0].empty()))
+             const bool later = stage_count(*runs.main().ranks) > 1 && !later_stage_draws(*runs.main().ranks).empty();
+             if (runs.main().failure || later || (!inside.empty() && !inside[0].empty()))
                return grads_match_one_rank_check(runs.main(), Run{});
              return grads_match_one_rank_check(runs.main(), runs.one_rank_twin());
            }};
+  o.ranks_only = true;
+  return o;
+}
+
+}  // namespace recap::properties
+
+namespace recap::properties {
+
+Oracle pp_schedule_1f1b_oracle() {
+  Oracle o{"pp_schedule_1f1b", "every pipeline stage ran its forwards and backwards in megatron-core's 1F1B order",
+           [](Runs& runs) { return judge_group<pp_schedule_1f1b_check>(runs, "pp_schedule_1f1b"); }};
+  o.ranks_only = true;
+  return o;
+}
+
+Oracle pp_stage_masks_differ_oracle() {
+  Oracle o{"pp_stage_masks_differ", "pipeline stages draw their dropout masks from their own streams (beyond chance)",
+           [](Runs& runs) { return judge_group<pp_stage_masks_differ_check>(runs, "pp_stage_masks_differ"); }};
   o.ranks_only = true;
   return o;
 }

@@ -218,6 +218,7 @@ const Run& Runs::no_checkpoint_twin() { return twin(plain_, training::without_ch
 const Run& Runs::one_rank_twin() {
   CaseSpec one = spec_;
   one.tp = 1;
+  one.pp = 1;
   return twin(one_rank_, one, "one_rank_twin");
 }
 

@@ -891,6 +891,84 @@ PY
   [ "$(tp_of one.json first)" = 2 ] || fail "drop-recompute-mask: the first case is not of tp 2"
   [ "$(tp_of one.json found)" = 1 ] || fail "a failure on one rank too must shrink to tp 1"
   ;;
+sut_torch_pp_faults)
+  # Pipeline stages (issue 22) on the CPU (gloo): cases of pp 2 run on a group of two ranks, one
+  # stage each (drivers/recap_drivers/frameworks/torch/pipeline.py), replayed without --ranks (the
+  # files' pp starts the group). Clean: pp2-grads (dropout on stage 0 only) is bitwise the one-rank
+  # run's and its stages ran 1F1B; pp2-masks (both stages draw) has stages drawing their own streams
+  # and the fp64 reference and training, applying each layer's masks from the rank of its stage,
+  # pass. Each planted pipeline fault makes its oracle incorrect where the clean run passed it
+  # (pp-send-stale on pp2-masks, where grads_match_one_rank is skipped: the fp64 training oracle).
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  grads="$src/tests/cli/data/pp2-grads.json"; masks="$src/tests/cli/data/pp2-masks.json"
+  expect() {  # FILE PATTERN WHAT
+    grep -q "$2" "$1" || fail "$3 (no line '$2' in $1)"
+  }
+  "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  expect clean.txt "grads_match_one_rank passed: 345 tensors (37200 elements) of 2 pipeline stages bitwise equal to the one-rank run's" "clean grads: bitwise"
+  expect clean.txt "pp_schedule_1f1b  passed: 6 stage schedules (36 events) are 1F1B over 2 stages" "clean grads: 1F1B"
+  expect clean.txt "pp_stage_masks_differ passed: 12 draws at equal positions differ across 2 stages" "clean masks: own streams"
+  expect clean.txt "grads_match_one_rank skipped: stage 1 draws (.*): a stage is seeded seed + 100 \\* stage" "clean masks: grads skipped with the reason"
+  expect clean.txt "outside_masks_equal skipped: 2 pipeline stages of one rank each" "one rank per stage: nothing within a stage"
+  grep -c "reference         passed" clean.txt | grep -q 2 || fail "clean: the fp64 reference did not pass on both files"
+  validate_report clean.json
+  # one replay per fault (each starts its group); pp-send-stale on both files: grads_match_one_rank
+  # on pp2-grads, the fp64 training oracle on pp2-masks (where grads_match_one_rank is skipped)
+  for f in pp-stage-seed-shared:pp_stage_masks_differ pp-send-stale:grads_match_one_rank,training \
+           pp-schedule-gpipe:pp_schedule_1f1b; do
+    fault=${f%%:*}; oracles=${f#*:}
+    "$recap" replay --sut torch --backend sim "$grads" "$masks" --property "$oracles" --worker-env "RECAP_RANK_FAULT=$fault" \
+      > "$fault.txt" 2> err.txt
+    rc=$?; echo "== $fault: exit $rc"; cat "$fault.txt"
+    [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "$fault: exit $rc, expected 1"; }
+    for oracle in $(echo "$oracles" | tr , ' '); do
+      grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
+      grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
+    done
+  done
+  expect pp-send-stale.txt "grads_match_one_rank incorrect: 'grad 0 1 0': not bitwise equal to the one-rank run" "pp-send-stale: where"
+  expect pp-send-stale.txt "training          incorrect: step 1 vs the fp64 reference" "pp-send-stale: the fp64 training oracle"
+  ;;
+sut_torch_pp_fuzz_shrinks)
+  # recap fuzz --sut torch --ranks 2 on the CPU draws pp from the group's hello (capabilities.pp),
+  # early, so it shrinks toward 1 first. pp-send-stale (a stage sends the previous microbatch's
+  # activation) fails the fp64 training oracle on the group alone: its counterexample keeps pp 2
+  # while the rest shrinks, and its corpus file replays incorrect with the fault and passes without
+  # it. Seed 6's first case is of pp 2 (the report lists it). Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  field() {  # JSON-FILE KEY FIELD: a field of the report's first case / counterexample, or of a case file
+    "$py" - "$1" "$2" "$3" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+if sys.argv[2] == "first": j = j["cases"][0]["spec"]
+elif sys.argv[2] == "found": j = j["summary"]["failures"][0]["case"]
+print(j.get(sys.argv[3], 1))
+PY
+  }
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 6 --cases 1 --stop-on-first --shrink-limit 12 \
+    --worker-env RECAP_RANK_FAULT=pp-send-stale --property training --corpus-dir found --report r.json > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "pp-send-stale: exit $rc, expected 1"; }
+  validate_report r.json
+  [ "$(field r.json first pp)" = 2 ] || fail "the first case is not of pp 2"
+  [ "$(field r.json found pp)" = 2 ] || fail "pp-send-stale fails on the group alone: its counterexample must keep pp 2"
+  "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(len(j["summary"]["failures"][0]["case"]["layers"]) != 2)' r.json ||
+    fail "the counterexample did not shrink to one layer per stage"
+  grep -q "diagnosis: a pipeline stage's gradients or parameters differ from the fp64 reference's" out.txt || fail "the diagnosis"
+  set -- found/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one corpus file, found: $*"
+  cx=$1
+  [ "$(field "$cx" file pp)" = 2 ] || fail "$cx: not of pp 2"
+  "$recap" replay --sut torch --backend sim "$cx" --property training --worker-env RECAP_RANK_FAULT=pp-send-stale > again.txt 2> err.txt
+  rc=$?; cat again.txt
+  grep -Eq "^  training +incorrect" again.txt || fail "the replay did not reproduce it (exit $rc)"
+  "$recap" replay --sut torch --backend sim "$cx" --property training > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  grep -Eq "^  training +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
+  ;;
 sut_torch_planted_faults)
   # No verdict without evidence, on a real torch (CPU): planted driver faults (RECAP_DRIVER_FAULT,
   # drivers/PROTOCOL.md) make the driver report less than happened; each must turn the check that

@@ -390,5 +390,207 @@ TEST(Ranks, MaskFramesOfTheRanksMakeTheFullMasks) {
     if (e.site.layer == "attention0.core") EXPECT_TRUE(e.mask.empty());
 }
 
+// Pipeline stages (pp 2, tp 1): two dropout layers, one per stage, two microbatches, one step.
+CaseSpec pp_case() {
+  CaseSpec s;
+  s.model.hidden = 8;
+  s.model.tokens = 32;
+  models::LayerSpec d;
+  d.kind = "dropout";
+  d.dropout = 0.3f;
+  s.model.layers = {d, d};
+  s.layers = {training::LayerFlags{}, training::LayerFlags{}};
+  s.warmup = 0;
+  s.replays = 1;
+  s.microbatches = 2;
+  s.pp = 2;
+  return s;
+}
+
+// Stage r draws layer r's masks (256 elements each) with digests `digest[r]` + microbatch; its
+// schedule is `schedule[r]`; every full-shape frame of the one parameterless case is absent.
+struct PpObservation {
+  std::string digest[2] = {"00000000000000a0", "00000000000000b0"};
+  bool stage1_draws = true;
+  bool group = true;
+  Json schedule[2] = {Json::array({{"forward", 0}, {"backward", 0}, {"forward", 1}, {"backward", 1}}),
+                      Json::array({{"forward", 0}, {"backward", 0}, {"forward", 1}, {"backward", 1}})};
+  std::vector<float> grad = {1.0f, 2.0f};
+  Json masks(int r) const {
+    Json m = Json::array();
+    if (r == 1 && !stage1_draws) return m;
+    for (int mb = 0; mb < 2; ++mb)
+      m.push_back({{"layer", "dropout" + std::to_string(r)}, {"op", "dropout"}, {"microbatch", mb}, {"pass", "forward"},
+                   {"numel", 256}, {"digest", digest[r].substr(0, 15) + std::to_string(mb)}, {"index", 0}});
+    return m;
+  }
+  sut::Message message() const {
+    sut::Message m;
+    Json rows = Json::array();
+    for (int r = 0; r < 2; ++r)
+      rows.push_back({{"rank", r}, {"stage", r}, {"losses", r ? Json::array({0.5, 0.5}) : Json::array({nullptr, nullptr})},
+                      {"masks", masks(r)}, {"schedule", schedule[r]}});
+    Json all = masks(0);
+    for (const Json& x : masks(1)) all.push_back(x);
+    Json step = {{"step", 0}, {"phase", "eager"}, {"losses", {0.5, 0.5}}, {"ms", 1.0}, {"masks", all}};
+    if (group) step["ranks"] = rows;
+    m.header = {{"op", "observation"}, {"id", 1}, {"status", "ok"}, {"reason", ""}, {"param_names", Json::array()},
+                {"steps", Json::array({step})}};
+    if (group)
+      m.header["ranks"] = {{"world", 2}, {"tp", 1}, {"pp", 2}, {"backend", "gloo"}, {"tp_sites", Json::array()},
+                           {"stages", {0, 1}}, {"stage_layers", {{0, 1}, {1, 2}}}, {"shards", Json::array()}};
+    return m;
+  }
+  training::RunResult result() const { return sut::run_result_of(message(), pp_case()); }
+};
+
+TEST(Ranks, PipelineObservationIsRead) {
+  const training::RunResult r = PpObservation{}.result();
+  ASSERT_TRUE(r.ranks.has_value());
+  EXPECT_EQ(r.ranks->pp, 2);
+  EXPECT_EQ(r.ranks->stages, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.ranks->stage_layers, (std::vector<std::pair<int, int>>{{0, 1}, {1, 2}}));
+  ASSERT_EQ(r.ranks->schedules.size(), 2u);
+  ASSERT_EQ(r.ranks->schedules[1].size(), 1u);
+  EXPECT_EQ(r.ranks->schedules[1][0].second.size(), 4u);
+  EXPECT_EQ(r.steps.at(0).ledger.size(), 4u);  // every stage's draws: the full model's
+  // one rank per stage: the within-stage mask checks have nothing to compare
+  EXPECT_EQ(outside_masks_equal_check(r).disposition, Disposition::Skipped);
+  EXPECT_EQ(tp_masks_differ_check(r).disposition, Disposition::Skipped);
+}
+
+TEST(Ranks, PipelineScheduleIs1F1B) {  // planted: pp-schedule-gpipe
+  PpObservation o;
+  // stage 0 of 2, 3 microbatches: one warmup forward, two 1F1B pairs, one cooldown backward
+  o.schedule[0] = Json::array({{"forward", 0}, {"forward", 1}, {"backward", 0}, {"forward", 2}, {"backward", 1}, {"backward", 2}});
+  o.schedule[1] = Json::array({{"forward", 0}, {"backward", 0}, {"forward", 1}, {"backward", 1}, {"forward", 2}, {"backward", 2}});
+  CheckResult c = pp_schedule_1f1b_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_EQ(c.evidence, "2 stage schedules (12 events) are 1F1B over 2 stages");
+  o.schedule[0] = Json::array({{"forward", 0}, {"forward", 1}, {"forward", 2}, {"backward", 0}, {"backward", 1}, {"backward", 2}});
+  c = pp_schedule_1f1b_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_EQ(c.reason, "step 0 rank 0 (stage 0 of 2, 3 microbatches): event 2 was the forward of microbatch 2, 1F1B runs "
+                      "the backward of microbatch 0");
+  o.group = false;  // a one-rank reply: nothing scheduled across ranks
+  EXPECT_EQ(pp_schedule_1f1b_check(o.result()).disposition, Disposition::Skipped);
+}
+
+TEST(Ranks, PipelineStagesDrawTheirOwnStreams) {  // planted: pp-stage-seed-shared
+  PpObservation o;
+  CheckResult c = pp_stage_masks_differ_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  o.digest[1] = o.digest[0];  // every stage seeded as stage 0
+  c = pp_stage_masks_differ_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_NE(c.reason.find("2 of 2 draws equal across stages"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("stage 0 (dropout0) and stage 1 (dropout1)"), std::string::npos) << c.reason;
+  o.stage1_draws = false;
+  c = pp_stage_masks_differ_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason, "no two stages made a draw of equal size and probability at one position");
+}
+
+TEST(Ranks, PipelineGradientsAreBitwiseOneRanks) {  // planted: pp-send-stale
+  PpObservation o;
+  o.stage1_draws = false;  // stage 0 draws what one rank draws
+  PpObservation one = o;
+  one.group = false;
+  CaseSpec s1 = pp_case();
+  s1.pp = 1;
+  auto with_param = [](sut::Message m, const std::vector<float>& v) {  // one parameterless case, one tensor: the loss's
+    m.header["param_names"] = {"p0"};
+    for (const char* n : {"grad 0 0 0", "grad 0 1 0", "grad 0 0", "param 0 0"}) m.frames.push_back(sut::f32_frame(n, v, {2}));
+    return m;
+  };
+  properties::Run twin;
+  twin.result = sut::run_result_of(with_param(one.message(), {1.0f, 2.0f}), s1);
+  training::RunResult g = sut::run_result_of(with_param(o.message(), {1.0f, 2.0f}), pp_case());
+  CheckResult c = grads_match_one_rank_check(g, twin);
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_EQ(c.evidence, "4 tensors (8 elements) of 2 pipeline stages bitwise equal to the one-rank run's");
+  // one ulp off: within any tolerance, but not the one rank's arithmetic
+  g = sut::run_result_of(with_param(o.message(), {1.0f, std::nextafter(2.0f, 3.0f)}), pp_case());
+  c = grads_match_one_rank_check(g, twin);
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_NE(c.reason.find("'grad 0 0 0': not bitwise equal to the one-rank run"), std::string::npos) << c.reason;
+  o.stage1_draws = true;  // stage 1 is seeded seed + 100: no one-rank run draws its masks
+  c = grads_match_one_rank_check(sut::run_result_of(with_param(o.message(), {1.0f, 2.0f}), pp_case()), twin);
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason, "stage 1 draws (dropout1): a stage is seeded seed + 100 * stage (megatron's _set_random_seed), the "
+                      "one-rank run draws others");
+}
+
+// With mask frames, each layer's mask is applied from the rank of its stage (`@<r>`).
+TEST(Ranks, PipelineMasksAreStitchedFromTheirStages) {
+  PpObservation o;
+  sut::Message m = o.message();
+  for (int r = 0; r < 2; ++r)
+    for (int mb = 0; mb < 2; ++mb)
+      m.frames.push_back({"mask 0 " + std::to_string(mb) + " forward dropout" + std::to_string(r) + " dropout 0 @" +
+                              std::to_string(r),
+                          "u8", {256}, std::string(256, static_cast<char>(r + 1))});
+  const training::RunResult r = sut::run_result_of(m, pp_case());
+  ASSERT_EQ(r.steps.at(0).ledger.size(), 4u);
+  for (const auto& e : r.steps[0].ledger) {
+    ASSERT_EQ(e.mask.size(), 256u) << e.site.layer;
+    EXPECT_EQ(e.mask[0], e.site.layer == "dropout0" ? 1 : 2) << e.site.layer;
+  }
+}
+
+TEST(Ranks, GeneratorsDrawPpFromAGroup) {
+  GenConfig group;
+  group.caps.tp = {2};
+  group.caps.pp = {2};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  int pp2 = 0, tp2 = 0;
+  for (int i = 0; i < 200; ++i) {
+    const CaseSpec b = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 13), rc::kNominalSize).value();
+    ASSERT_TRUE(b.tp * b.pp <= 2) << b.tp << " " << b.pp;  // the group's shapes: tp 2 or pp 2, not both
+    tp2 += b.tp == 2;
+    if (b.pp != 2) continue;
+    ++pp2;
+    EXPECT_EQ(b.executor, training::ExecutorKind::Eager);
+    EXPECT_EQ(b.layers.size() % 2, 0u);  // two stages of equal layers
+    EXPECT_EQ(b.layers.size(), b.model.layers.size());
+    EXPECT_EQ(training::validate(b), "");
+  }
+  EXPECT_GT(pp2, 20);
+  EXPECT_GT(tp2, 20);
+}
+
+// pp shrinks first too: a pp 2 case's first shrink is one rank's, and a failure that needs pp 2
+// keeps it while the layers shrink to one per stage.
+TEST(Ranks, PpShrinksFirstTowardOneRank) {
+  GenConfig group;
+  group.caps.pp = {2};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  int checked = 0;
+  for (int i = 0; i < 50 && checked < 5; ++i) {
+    auto s = gen(rc::Random(static_cast<uint64_t>(i) * 104729 + 7), rc::kNominalSize);
+    if (s.value().pp != 2) continue;
+    ++checked;
+    auto first = s.shrinks().next();
+    ASSERT_TRUE(static_cast<bool>(first));
+    EXPECT_EQ(first->value().pp, 1);
+    for (int guard = 0; guard < 10000; ++guard) {
+      auto seq = s.shrinks();
+      bool moved = false;
+      while (auto c = seq.next())
+        if (c->value().pp == 2) {
+          s = *c;
+          moved = true;
+          break;
+        }
+      if (!moved) break;
+    }
+    EXPECT_EQ(s.value().pp, 2);
+    EXPECT_EQ(s.value().layers.size(), 2u);  // one layer per stage
+  }
+  EXPECT_EQ(checked, 5);
+}
+
 }  // namespace
 }  // namespace recap::properties

@@ -165,5 +165,25 @@ TEST(Spec, TensorParallelSize) {
   EXPECT_EQ(error_of("{" + layers + R"(, "tp": 2.5})"), "tp: expected an integer, got a number");
 }
 
+// Issue 22: pp, the pipeline stages, as tp: absent means 1 and is not written; another value
+// round-trips; a bad one (out of range, tp * pp over 64 ranks) is a one-line error naming the field.
+TEST(Spec, PipelineStages) {
+  CaseSpec a = acceptance_spec(ExecutorKind::Eager);
+  EXPECT_EQ(a.pp, 1);
+  EXPECT_FALSE(case_to_json(a).contains("pp"));
+  a.pp = 2;
+  Json j = case_to_json(a);
+  EXPECT_EQ(j["pp"], 2);
+  CaseSpec b;
+  ASSERT_EQ(case_from_json(j, &b), "");
+  EXPECT_EQ(b.pp, 2);
+  EXPECT_EQ(unmodelled(b), "pp 2: recap's runtime runs one rank (a rank group runs it: --sut torch --ranks 2)");
+  const std::string layers = R"("layers": [{"kind": "linear"}])";
+  EXPECT_EQ(error_of("{" + layers + R"(, "pp": 0})"), "pp must be in [1, 64], got 0");
+  EXPECT_EQ(error_of("{" + layers + R"(, "pp": 65})"), "pp must be in [1, 64], got 65");
+  EXPECT_EQ(error_of("{" + layers + R"(, "pp": "2"})"), "pp: expected an integer, got a string");
+  EXPECT_EQ(error_of("{" + layers + R"(, "pp": 8, "tp": 16})"), "pp 8 with tp 16: 128 ranks, at most 64");
+}
+
 }  // namespace
 }  // namespace recap::training

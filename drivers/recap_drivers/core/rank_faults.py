@@ -14,8 +14,17 @@ module constant where a fault could act. A bad value is refused at start-up (exi
                        tensor-parallel regions differ across ranks (ranks_check.outside_masks_equal).
   tp-grad-not-reduced  the backward of the copy into a tensor-parallel region skips its all-reduce:
                        input gradients are partial sums (ranks_check.grads_match_one_rank).
-  kill-rank            the last rank SIGKILLs itself in its first forward, after its first layer: the
-                       leader must answer with one line naming the rank, and the group exit.
+  pp-stage-seed-shared every pipeline stage's generator is seeded as stage 0's (seed + 100 * 0): stages
+                       draw the same stream, which ranks_check.pp_stage_masks_differ must catch.
+  pp-send-stale        a stage sends every microbatch after the run's first the previous microbatch's
+                       activation (of its step, or the last of the step before): the next stage
+                       computes on stale input (grads_match_one_rank; recap's fp64 `training`, whose
+                       step 1 microbatch 0 received step 0's last activation).
+  pp-schedule-gpipe    every stage runs all forwards, then all backwards (GPipe), not 1F1B: the
+                       gradients are right, the order is not (ranks_check.pp_schedule_1f1b).
+  kill-rank            the last rank SIGKILLs itself in its first forward, after its first layer (of its
+                       stage, with pp): the leader must answer with one line naming the rank, and the
+                       group exit.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from __future__ import annotations
 import os
 from typing import Tuple
 
-KINDS = ("tp-seed-shared", "tp-recompute-stale", "dp-seed-per-rank", "tp-grad-not-reduced", "kill-rank")
+KINDS = ("tp-seed-shared", "tp-recompute-stale", "dp-seed-per-rank", "tp-grad-not-reduced", "pp-stage-seed-shared",
+         "pp-send-stale", "pp-schedule-gpipe", "kill-rank")
 ENV = "RECAP_RANK_FAULT"
 
 

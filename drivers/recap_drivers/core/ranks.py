@@ -142,15 +142,23 @@ class GroupSUT:
         h["ranks"] = self.world
         caps = dict(h.get("capabilities", {}))
         caps["tp"] = [self.world]
+        caps["pp"] = [self.world]
         h["capabilities"] = caps
         h.pop("ops", None)  # measure is not served by a rank group (yet): a client then asks for none
         return h
 
     def run(self, header: Dict[str, Any], frames: List[Frame]) -> Tuple[Dict[str, Any], List[Frame]]:
         rid = header.get("id")
-        tp = header.get("tp", self.world)
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp != self.world:
-            raise RequestError(f"tp: this rank group runs tp {self.world} (its --ranks), the request asks for {tp!r}")
+        pp = header.get("pp", 1)
+        if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
+            raise RequestError(f"pp: expected a positive integer, got {pp!r}")
+        tp = header.get("tp", self.world // pp if self.world % pp == 0 else self.world)
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp * pp != self.world:
+            raise RequestError(f"tp {tp!r} with pp {pp}: this rank group of {self.world} ranks (its --ranks) runs "
+                               "tp * pp == its ranks")
+        if tp > 1 and pp > 1:
+            raise RequestError(f"tp {tp} with pp {pp}: this rank group runs tp {self.world} or pp {self.world}, not both "
+                               "(tensor parallelism inside pipeline stages is not built)")
         data = encode_message(header, frames)
         for r, ch in enumerate(self.group.children, start=1):
             try:
@@ -240,7 +248,7 @@ class GroupSUT:
 
 # -- the gathered observation --
 
-RANK_KEYS = ("rank_shards", "rank_tp_sites")
+RANK_KEYS = ("rank_shards", "rank_tp_sites", "rank_pp")
 
 
 def _tensor(f: Frame) -> torch.Tensor:
@@ -272,6 +280,97 @@ def assemble(shards: List[Frame], entry: Dict[str, Any], shape: Tuple[int, ...],
     return Frame(name, "f32", tuple(shape), full.contiguous().numpy().tobytes())
 
 
+def _statuses(base: Dict[str, Any], hs: List[Dict[str, Any]]) -> None:
+    """The group's status, failure and fatal from every rank's."""
+    world = len(hs)
+    statuses = [h.get("status") for h in hs]
+    failed = [r for r in range(world) if statuses[r] == "failed"]
+    if failed:
+        r0 = failed[0]
+        base["status"] = "failed"
+        base["failure"] = dict(hs[r0]["failure"], rank=r0)
+        base["reason"] = f"rank {r0}: {hs[r0].get('reason', '')}"
+        if len(set(_failure_key(h) for h in hs)) > 1:  # ranks stopped at different points
+            base["fatal"] = True
+    elif len(set(statuses)) > 1:
+        base["status"] = "failed"
+        base["reason"] = "ranks disagree: " + ", ".join(f"rank {r} {s}" for r, s in enumerate(statuses))
+        base["fatal"] = True
+    if any(h.get("fatal") for h in hs):
+        base["fatal"] = True
+
+
+def _events(p: Dict[str, Any], step: int) -> List[Any]:
+    """A stage's events of a step (its keys are ints on rank 0, strings once through a pipe)."""
+    sch = p.get("schedule", {})
+    return list(sch.get(step, sch.get(str(step), [])))
+
+
+def _no_nan(losses: List[Any]) -> List[Any]:
+    """A stage that computes no loss reports none (null), not NaN."""
+    return [None if isinstance(x, float) and x != x else x for x in losses]
+
+
+def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, Frame]],
+             shapes: List[Tuple[int, ...]]) -> Tuple[Dict[str, Any], List[Frame]]:
+    """A pipeline group's observation (PROTOCOL.md, "Rank groups"): rank r ran stage r's layers.
+    `ranks` adds pp, stages (every rank's stage) and stage_layers; the step's masks are every
+    stage's in stage order (each layer's from the rank that ran it) and its losses the last
+    stage's; every rank row has its own masks, losses (null where the stage computes none) and
+    schedule (its forward and backward events in the order they ran); each parameter's full
+    frames are its stage's rank's, and a rank sends `@<r>` gradient frames of its stage's
+    parameters only."""
+    world = len(hs)
+    pps = [h.get("rank_pp") or {} for h in hs]
+    r0 = pps[0]
+    stage_layers = r0.get("stage_layers", [])
+    stages = [int(p.get("stage", r)) for r, p in enumerate(pps)]
+    owner: Dict[int, int] = {}
+    for r, p in enumerate(pps):
+        for i in p.get("params", []):
+            owner.setdefault(int(i), r)
+    base["ranks"].update({"tp": 1, "pp": int(r0.get("pp", world)), "stages": stages, "stage_layers": stage_layers,
+                          "shards": [{"param": i, "dim": None, "ranges": []} for i in range(len(shapes))],
+                          "tp_sites": []})
+    _statuses(base, hs)
+    last = max(range(world), key=lambda r: stages[r])
+    n = min(len(h.get("steps", [])) for h in hs)
+    steps = []
+    out: List[Frame] = []
+    by_stage = sorted(range(world), key=lambda r: stages[r])
+    for k in range(n):
+        st = dict(hs[last]["steps"][k])
+        st["masks"] = [m for r in by_stage for m in hs[r]["steps"][k]["masks"]]
+        s = st["step"]
+        st["ranks"] = [{"rank": r, "stage": stages[r], "losses": _no_nan(hs[r]["steps"][k]["losses"]),
+                        "masks": hs[r]["steps"][k]["masks"],
+                        "schedule": [list(e) for e in _events(pps[r], s)]}
+                       for r in range(world)]
+        steps.append(st)
+        mbs = sorted({int(name.split()[2]) for name in fr[0] if name.startswith(f"grad {s} ") and len(name.split()) == 4})
+        for m in mbs:
+            for i in range(len(shapes)):
+                f = fr[owner.get(i, 0)][f"grad {s} {m} {i}"]
+                out.append(Frame(f.name, f.dtype, f.shape, f.data))
+        for what in ("grad", "param"):
+            for i in range(len(shapes)):
+                name = f"{what} {s} {i}"
+                if name in fr[0]:
+                    f = fr[owner.get(i, 0)][name]
+                    out.append(Frame(f.name, f.dtype, f.shape, f.data))
+        for r in range(world):
+            mine = [int(i) for i in pps[r].get("params", [])]
+            for m in mbs:
+                for i in mine:
+                    f = fr[r][f"grad {s} {m} {i}"]
+                    out.append(Frame(f"{f.name} @{r}", f.dtype, f.shape, f.data))
+            for name, f in fr[r].items():
+                if name.startswith(f"mask {s} "):
+                    out.append(Frame(f"{name} @{r}", f.dtype, f.shape, f.data))
+    base["steps"] = steps
+    return base, out
+
+
 def _failure_key(h: Dict[str, Any]) -> Any:
     f = h.get("failure")
     if f is None:
@@ -292,21 +391,9 @@ def merge(replies: List[Tuple[Dict[str, Any], List[Frame]]], shapes: List[Tuple[
     shards = hs[0].get("rank_shards", [])
     base["ranks"] = {"world": world, "tp": world, "backend": backend, "shards": shards,
                      "tp_sites": list(hs[0].get("rank_tp_sites", []))}
-    statuses = [h.get("status") for h in hs]
-    failed = [r for r in range(world) if statuses[r] == "failed"]
-    if failed:
-        r0 = failed[0]
-        base["status"] = "failed"
-        base["failure"] = dict(hs[r0]["failure"], rank=r0)
-        base["reason"] = f"rank {r0}: {hs[r0].get('reason', '')}"
-        if len(set(_failure_key(h) for h in hs)) > 1:  # ranks stopped at different points
-            base["fatal"] = True
-    elif len(set(statuses)) > 1:
-        base["status"] = "failed"
-        base["reason"] = "ranks disagree: " + ", ".join(f"rank {r} {s}" for r, s in enumerate(statuses))
-        base["fatal"] = True
-    if any(h.get("fatal") for h in hs):
-        base["fatal"] = True
+    if any("rank_pp" in h for h in hs):
+        return merge_pp(base, hs, fr, shapes)
+    _statuses(base, hs)
     n = min(len(h.get("steps", [])) for h in hs)
     steps = []
     out: List[Frame] = []

@@ -17,7 +17,18 @@ that observed nothing is skipped with the reason. No torch here.
                          run's of the same case and frames within a relative L2 tolerance: the group
                          sums partial products in another order, so bitwise equality is not expected
                          (tp-grad-not-reduced). Skipped when draws inside regions exist (the group draws
-                         them from per-rank generators, the one-rank run from its default one).
+                         them from per-rank generators, the one-rank run from its default one). A
+                         pipeline group of tp 1 computes every layer as one rank does: bitwise equal
+                         (pp-send-stale); skipped when a stage after the first draws (its seed is
+                         seed + 100 * stage, the one-rank run's is not).
+  pp_schedule_1f1b       every stage's forward and backward events, as it ran them, are megatron-core's
+                         non-interleaved 1F1B order for the stages and microbatches observed
+                         (pp-schedule-gpipe)
+  pp_stage_masks_differ  stages draw from their own streams: the j-th draw of a microbatch on two
+                         stages, of equal size and probability, differ beyond chance (pp-stage-seed-shared)
+
+With pipeline stages (`ranks.stages`), the mask checks compare ranks of one stage only: other
+stages run other layers from other seeds.
 """
 
 from __future__ import annotations
@@ -55,6 +66,18 @@ def _per_rank(h: Dict[str, Any]) -> List[Dict[str, List[Dict[str, Any]]]]:
 
 def _key(step: str, m: Dict[str, Any]) -> MaskKey:
     return (int(step), m["layer"], m["op"], int(m["microbatch"]), int(m.get("index", 0)))
+
+
+def _stages(h: Dict[str, Any]) -> List[int]:
+    """Every rank's pipeline stage (all 0 without pipeline stages)."""
+    g = h.get("ranks", {})
+    world = int(g.get("world", 1))
+    st = g.get("stages")
+    return [int(x) for x in st] if isinstance(st, list) and len(st) == world else [0] * world
+
+
+def _pp(h: Dict[str, Any]) -> int:
+    return len(set(_stages(h)))
 
 
 def recompute_equal(h: Dict[str, Any]) -> Dict[str, Any]:
@@ -126,6 +149,8 @@ def tp_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
                           "pairs": 0, "coincident": 0}
     if len(ranks) < 2:
         return verdict(name, "skipped", "one rank: nothing to compare across ranks", **ev)
+    if _pp(h) == len(ranks):
+        return verdict(name, "skipped", f"{len(ranks)} pipeline stages of one rank each: no tensor-parallel region", **ev)
     if not keys:
         return verdict(name, "skipped", "no dropout draw inside a tensor-parallel region", **ev)
     for k in sorted(keys):
@@ -138,8 +163,11 @@ def tp_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
         return verdict(name, "skipped", f"the masks are too small to tell ranks apart: equal masks on every draw "
                                         f"would happen by chance with probability 10^{power:.1f}", **ev)
     worst: Optional[Tuple[float, str]] = None
+    stages = _stages(h)
     for a in range(len(ranks)):
         for b in range(a + 1, len(ranks)):
+            if stages[a] != stages[b]:  # other layers, other seeds
+                continue
             ev["pairs"] += 1
             same = [k for k in keys if tables[a][k]["digest"] == tables[b][k]["digest"]]
             ev["coincident"] += len(same)
@@ -163,10 +191,16 @@ def outside_masks_equal(h: Dict[str, Any]) -> Dict[str, Any]:
     ev = {"ranks": len(ranks), "masks": sum(len(t) for t in tables)}
     if len(ranks) < 2:
         return verdict(name, "skipped", "one rank: nothing to compare across ranks", **ev)
+    stages = _stages(h)
+    if _pp(h) == len(ranks):
+        return verdict(name, "skipped", f"{len(ranks)} pipeline stages of one rank each: no two ranks run the same "
+                                        "layers", **ev)
     if not any(tables):
         return verdict(name, "skipped", "no dropout draw outside the tensor-parallel regions", **ev)
     ref = tables[0]
     for r, t in enumerate(tables[1:], start=1):
+        if stages[r] != stages[0]:  # only ranks of one stage run the same layers (tp inside stages: not built)
+            continue
         for k in sorted(set(ref) | set(t)):
             a, b = ref.get(k), t.get(k)
             if a is None or b is None:
@@ -209,7 +243,22 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
     if inside and inside[0]:
         return verdict(name, "skipped", f"{len(inside[0])} draws inside tensor-parallel regions come from per-rank "
                                         "generators, a one-rank run draws others: its gradients differ by design", **ev)
-    group_masks = _forward_table(ranks, False, sites)[0]
+    stages = _stages(h)
+    pipeline = _pp(h) > 1
+    if pipeline:
+        # each layer ran whole on one stage, as one rank computes it: bitwise equal
+        tol = 0.0
+        ev["tolerance"] = tol
+        later = [(stages[r], k) for r, t in enumerate(_forward_table(ranks, False, sites)) if stages[r] > 0 for k in t]
+        if later:
+            st, k = min(later)
+            return verdict(name, "skipped", f"stage {st} draws ({k[1]}): a stage is seeded seed + 100 * stage "
+                                            "(megatron's _set_random_seed), the one-rank run draws others", **ev)
+    first: Dict[MaskKey, Dict[str, Any]] = {}
+    for r, t in enumerate(_forward_table(ranks, False, sites)):
+        if stages[r] == 0 and not first:
+            first = t
+    group_masks = first
     one_masks = _forward_table(_per_rank(one), False, [])[0]
     ev["masks_compared"] = len(one_masks)
     for k in sorted(set(group_masks) | set(one_masks)):
@@ -235,6 +284,10 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
         ev["elements"] += len(a.data) // 4
         if e > worst[0]:
             worst = (e, n)
+        if pipeline and a.data != b.data:
+            ev["worst_rel_l2"] = e
+            return verdict(name, "failed", f"'{n}': not bitwise equal to the one-rank run (relative L2 {e:.3g}); a "
+                                           "pipeline stage computes its layers as one rank does", **ev)
         if not e <= tol:  # NaN fails too
             ev["worst_rel_l2"] = e
             return verdict(name, "failed", f"'{n}': relative L2 error {e:.3g} > {tol:g} against the one-rank run", **ev)
@@ -249,6 +302,8 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
         if i >= len(shards) or shards[i].get("dim") is not None:
             continue
         for r in range(1, world):
+            if stages[r] != stages[0]:  # a parameter of another stage's layer
+                continue
             other = frames.get(f"{parts[0]} @{r}")
             if other is None:
                 return verdict(name, "failed", f"no frame '{parts[0]} @{r}'", **ev)
@@ -260,14 +315,119 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
     ev["worst_rel_l2"] = worst[0]
     if ev["tensors"] == 0:
         return verdict(name, "skipped", "no gradient or parameter frame to compare", **ev)
+    if pipeline:
+        return verdict(name, "passed", f"{ev['tensors']} tensors ({ev['elements']} elements) of {_pp(h)} pipeline stages "
+                                       f"bitwise equal to the one-rank run's", **ev)
     return verdict(name, "passed", f"{ev['tensors']} tensors ({ev['elements']} elements) within {tol:g} of the one-rank "
                                    f"run (worst {worst[0]:.2g}: '{worst[1]}')", **ev)
+
+
+def one_f_one_b(pp: int, stage: int, microbatches: int) -> List[Tuple[str, int]]:
+    """megatron-core's non-interleaved 1F1B order of one stage (schedules.py
+    forward_backward_pipelining_without_interleaving): min(pp - stage - 1, M) warmup forwards,
+    then one forward and one backward alternately, then the remaining backwards."""
+    warm = min(pp - stage - 1, microbatches)
+    out = [("forward", m) for m in range(warm)]
+    for i in range(microbatches - warm):
+        out += [("forward", warm + i), ("backward", i)]
+    out += [("backward", m) for m in range(microbatches - warm, microbatches)]
+    return out
+
+
+def pp_schedule_1f1b(h: Dict[str, Any]) -> Dict[str, Any]:
+    """Judged from what the stages observed: the stages that reported events (their count is P),
+    each stage's microbatches (those it ran), never the case's fields."""
+    name = "pp_schedule_1f1b"
+    stages = _stages(h)
+    pp = _pp(h)
+    ev: Dict[str, Any] = {"stages": pp, "schedules": 0, "events": 0}
+    if pp < 2:
+        return verdict(name, "skipped", "no pipeline stages: nothing scheduled across ranks", **ev)
+    for s in h.get("steps", []):
+        for row in s.get("ranks", []):
+            got = [(str(e[0]), int(e[1])) for e in row.get("schedule", [])]
+            if not got:
+                continue
+            r = int(row["rank"])
+            mbs = len({m for _, m in got})
+            want = one_f_one_b(pp, stages[r], mbs)
+            ev["schedules"] += 1
+            ev["events"] += len(got)
+            if got != want:
+                i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                at = f"{got[i][0]} of microbatch {got[i][1]}" if i < len(got) else "nothing"
+                exp = f"{want[i][0]} of microbatch {want[i][1]}" if i < len(want) else "nothing"
+                return verdict(name, "failed", f"step {s['step']} rank {r} (stage {stages[r]} of {pp}, {mbs} microbatches): "
+                                               f"event {i} was the {at}, 1F1B runs the {exp}", **ev)
+    if ev["schedules"] == 0:
+        return verdict(name, "skipped", "no stage reported its schedule", **ev)
+    return verdict(name, "passed", f"{ev['schedules']} stage schedules ({ev['events']} events) are 1F1B over {pp} stages",
+                   **ev)
+
+
+def pp_stage_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
+    """The j-th forward draw of a (step, microbatch) on two stages, of equal size and probability:
+    equal masks there come from one stream, unless chance (as tp_masks_differ)."""
+    name = "pp_stage_masks_differ"
+    stages = _stages(h)
+    ev: Dict[str, Any] = {"stages": _pp(h), "pairs": 0, "coincident": 0}
+    if _pp(h) < 2:
+        return verdict(name, "skipped", "no pipeline stages: nothing to compare across stages", **ev)
+    ranks = _per_rank(h)
+    first: Dict[int, int] = {}
+    for r, st in enumerate(stages):
+        first.setdefault(st, r)
+    # per stage: (step, microbatch, j) -> the draw
+    seq: Dict[int, Dict[Tuple[int, int, int], Dict[str, Any]]] = {}
+    for st, r in first.items():
+        t: Dict[Tuple[int, int, int], Dict[str, Any]] = {}
+        count: Dict[Tuple[int, int], int] = {}
+        for step, masks in ranks[r].items():
+            for m in masks:
+                if m["pass"] != "forward":
+                    continue
+                k = (int(step), int(m["microbatch"]))
+                j = count.get(k, 0)
+                count[k] = j + 1
+                t[(k[0], k[1], j)] = m
+        seq[st] = t
+    power = 0.0
+    same_chance = 0.0
+    first_same = ""
+    order = sorted(seq)
+    for ia, a in enumerate(order):
+        for b in order[ia + 1:]:
+            for pos in sorted(set(seq[a]) & set(seq[b])):
+                x, y = seq[a][pos], seq[b][pos]
+                p = _site_p(case, x["layer"])
+                if int(x["numel"]) != int(y["numel"]) or p != _site_p(case, y["layer"]):
+                    continue
+                ev["pairs"] += 1
+                c = _log10_chance(p, int(x["numel"]))
+                power += c
+                if x["digest"] == y["digest"]:
+                    ev["coincident"] += 1
+                    same_chance += c
+                    if not first_same:
+                        first_same = (f"step {pos[0]} mb {pos[1]} draw {pos[2]}: stage {a} ({x['layer']}) and stage {b} "
+                                      f"({y['layer']}) drew {x['digest']}")
+    ev["log10_chance_all_equal"] = round(power, 2)
+    if ev["pairs"] == 0:
+        return verdict(name, "skipped", "no two stages made a draw of equal size and probability at one position", **ev)
+    if power > math.log10(CHANCE):
+        return verdict(name, "skipped", f"the masks are too small to tell stages apart: equal masks on every pair would "
+                                        f"happen by chance with probability 10^{power:.1f}", **ev)
+    if ev["coincident"] and same_chance < math.log10(CHANCE):
+        return verdict(name, "failed", f"{ev['coincident']} of {ev['pairs']} draws equal across stages (chance "
+                                       f"10^{same_chance:.1f}; first: {first_same}): the stages draw one stream", **ev)
+    return verdict(name, "passed", f"{ev['pairs']} draws at equal positions differ across {_pp(h)} stages", **ev)
 
 
 def check_all(h: Dict[str, Any], frames: Dict[str, Any], case: Dict[str, Any],
               one: Optional[Tuple[Dict[str, Any], Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """Every check; the gradient check only with a one-rank run's (header, frames)."""
-    out = [recompute_equal(h), tp_masks_differ(h, case), outside_masks_equal(h)]
+    out = [recompute_equal(h), tp_masks_differ(h, case), outside_masks_equal(h), pp_schedule_1f1b(h),
+           pp_stage_masks_differ(h, case)]
     if one is not None:
         out.append(grads_match_one_rank(h, frames, one[0], one[1], case))
     else:

@@ -47,6 +47,7 @@ from ... import case as case_mod
 from ...core import layers as L
 from ...core import rank_faults
 from ...core.records import RunData
+from .pipeline import PPRunner, pp_extras, pp_problem
 from .runner import TorchRunner
 from .sut import TorchSUT
 
@@ -395,35 +396,44 @@ def rank_extras(model: Optional[TPModel]) -> Dict[str, Any]:
     return {"rank_shards": model.shard_table(), "rank_tp_sites": list(model.tp_sites)}
 
 
-
-
 class TorchRankSUT(TorchSUT):
-    """One rank's torch SUT in a rank group: eager cases, split tensor-parallel over the group."""
+    """One rank's torch SUT in a rank group: eager cases, split tensor-parallel over the group (tp N)
+    or into pipeline stages, one per rank (pp N; frameworks/torch/pipeline.py)."""
 
     def __init__(self, device: str, rank: int, world: int) -> None:
         super().__init__(device)
         self.rank, self.world = rank, world
         self.extras: Dict[str, Any] = {}
+        self.pp = 1  # the run request's (the leader checked it: tp * pp == world, one of them 1)
 
     def capabilities(self) -> Dict[str, Any]:
         caps = super().capabilities()
         caps["executor"] = ["eager"]
         caps["tp"] = [self.world]
+        caps["pp"] = [self.world]
         return caps
 
     def why_skipped(self, c: case_mod.Case) -> str:
         if c.executor != "eager":
             return (f"executor {c.executor}: a rank group runs eagerly only (graphs across ranks are not built "
                     "by this driver yet)")
+        if self.pp > 1:
+            return super().why_skipped(c) or pp_problem(c, self.pp)
         return super().why_skipped(c) or tp_problem(c, self.world)
 
-    def make_runner(self, c: case_mod.Case, data: RunData) -> TPRunner:
+    def make_runner(self, c: case_mod.Case, data: RunData) -> TorchRunner:
+        if self.pp > 1:
+            pr = PPRunner(self, c, data, self.pp)
+            self.extras = pp_extras(pr)  # its schedule fills as the steps run
+            return pr
         r = TPRunner(self, c, data)
         self.extras = rank_extras(r.model)
         return r
 
     def serve_run(self, request: Dict[str, Any], frames: List[Any]) -> Tuple[Dict[str, Any], List[Any]]:
         self.extras = {}
+        pp = request.get("pp", 1)
+        self.pp = pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
         h, out = super().serve_run(request, frames)
         h.update(self.extras)  # the leader (core/ranks.merge) moves them into the reply's `ranks`
         return h, out
