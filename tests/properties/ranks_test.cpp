@@ -297,8 +297,11 @@ TEST(Ranks, GeneratorsDrawTpOnlyFromAGroup) {
     ++tp2;
     EXPECT_EQ(b.executor, training::ExecutorKind::Eager);  // the group runs eagerly only
     EXPECT_EQ(training::validate(b), "");
-    for (const auto& l : b.model.layers)
-      if (models::find_layer_kind(l.kind)->uses_heads) EXPECT_EQ(l.heads % 2, 0) << l.kind;
+    for (const auto& l : b.model.layers) {
+      if (models::find_layer_kind(l.kind)->uses_heads) {
+        EXPECT_EQ(l.heads % 2, 0) << l.kind;
+      }
+    }
   }
   EXPECT_GT(tp1, 20);
   EXPECT_GT(tp2, 20);
@@ -386,8 +389,11 @@ TEST(Ranks, MaskFramesOfTheRanksMakeTheFullMasks) {
   // a rank's frame missing: no bytes (the fp64 oracles then skip: masks not sent)
   m.frames.erase(m.frames.end() - 3);
   const training::RunResult partial = sut::run_result_of(m, group_case());
-  for (const auto& e : partial.steps[0].ledger)
-    if (e.site.layer == "attention0.core") EXPECT_TRUE(e.mask.empty());
+  for (const auto& e : partial.steps[0].ledger) {
+    if (e.site.layer == "attention0.core") {
+      EXPECT_TRUE(e.mask.empty());
+    }
+  }
 }
 
 // Pipeline stages (pp 2, tp 1): two dropout layers, one per stage, two microbatches, one step.
