@@ -815,7 +815,8 @@ sut_torch_ranks_faults)
   rc=$?; cat clean.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
   expect() {  # FILE PATTERN WHAT
-    grep -q "$2" "$1" || fail "$3 (no line '$2' in $1)"
+    # runs of spaces squeezed on both sides: replay's property column widens to its longest name
+    tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"
   }
   expect clean.txt "rank_recompute_equal passed: 24 recompute draws on 2 ranks equal their forward draws" "clean masks: rank_recompute_equal"
   expect clean.txt "tp_masks_differ      passed: 6 draws inside tensor-parallel regions differ across 2 ranks" "clean masks: tp_masks_differ"
@@ -903,7 +904,8 @@ sut_torch_pp_faults)
   need_torch "$py"
   grads="$src/tests/cli/data/pp2-grads.json"; masks="$src/tests/cli/data/pp2-masks.json"
   expect() {  # FILE PATTERN WHAT
-    grep -q "$2" "$1" || fail "$3 (no line '$2' in $1)"
+    # runs of spaces squeezed on both sides: replay's property column widens to its longest name
+    tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"
   }
   "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
   rc=$?; cat clean.txt
@@ -913,7 +915,7 @@ sut_torch_pp_faults)
   expect clean.txt "pp_stage_masks_differ passed: 12 draws at equal positions differ across 2 stages" "clean masks: own streams"
   expect clean.txt "grads_match_one_rank skipped: stage 1 draws (.*): a stage is seeded seed + 100 \\* stage" "clean masks: grads skipped with the reason"
   expect clean.txt "outside_masks_equal skipped: 2 pipeline stages of one rank each" "one rank per stage: nothing within a stage"
-  grep -c "reference         passed" clean.txt | grep -q 2 || fail "clean: the fp64 reference did not pass on both files"
+  grep -Ec "^  reference +passed" clean.txt | grep -q 2 || fail "clean: the fp64 reference did not pass on both files"
   validate_report clean.json
   # one replay per fault (each starts its group); pp-send-stale on both files: grads_match_one_rank
   # on pp2-grads, the fp64 training oracle on pp2-masks (where grads_match_one_rank is skipped)
@@ -983,7 +985,8 @@ sut_torch_planted_faults)
     echo "== $1: exit $?"; cat "$1.txt"
   }
   expect() {  # FILE PATTERN WHAT
-    grep -q "$2" "$1" || fail "$3 (no line '$2' in $1)"
+    # runs of spaces squeezed on both sides: replay's property column widens to its longest name
+    tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"
   }
   run_fault none "$eager"
   expect none.txt "rng_ledger        passed" "clean: rng_ledger"
