@@ -359,16 +359,22 @@ def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, 
                     f = fr[owner.get(i, 0)][name]
                     out.append(Frame(f.name, f.dtype, f.shape, f.data))
         for r in range(world):
-            mine = [int(i) for i in pps[r].get("params", [])]
-            for m in mbs:
-                for i in mine:
-                    f = fr[r][f"grad {s} {m} {i}"]
-                    out.append(Frame(f"{f.name} @{r}", f.dtype, f.shape, f.data))
-            for name, f in fr[r].items():
-                if name.startswith(f"mask {s} "):
-                    out.append(Frame(f"{name} @{r}", f.dtype, f.shape, f.data))
+            out += _own_frames(fr[r], r, s, mbs, [int(i) for i in pps[r].get("params", [])])
     base["steps"] = steps
     return base, out
+
+
+def _own_frames(fr: Dict[str, Frame], r: int, s: int, mbs: List[int], params: List[int]) -> List[Frame]:
+    """Rank r's own per-microbatch gradients of params and its masks of step s, named ` @<r>`."""
+    out = []
+    for m in mbs:
+        for i in params:
+            f = fr[f"grad {s} {m} {i}"]
+            out.append(Frame(f"{f.name} @{r}", f.dtype, f.shape, f.data))
+    for name, f in fr.items():
+        if name.startswith(f"mask {s} "):
+            out.append(Frame(f"{name} @{r}", f.dtype, f.shape, f.data))
+    return out
 
 
 def _failure_key(h: Dict[str, Any]) -> Any:
@@ -415,13 +421,7 @@ def merge(replies: List[Tuple[Dict[str, Any], List[Frame]]], shapes: List[Tuple[
                 if name in fr[0]:
                     out.append(assemble([fr[r][name] for r in range(world)], by_param.get(i, {"dim": None}), shape, name))
         for r in range(world):
-            for m in mbs:
-                for i in range(len(shapes)):
-                    f = fr[r][f"grad {s} {m} {i}"]
-                    out.append(Frame(f"{f.name} @{r}", f.dtype, f.shape, f.data))
-            for name, f in fr[r].items():
-                if name.startswith(f"mask {s} "):
-                    out.append(Frame(f"{name} @{r}", f.dtype, f.shape, f.data))
+            out += _own_frames(fr[r], r, s, mbs, list(range(len(shapes))))
     base["steps"] = steps
     return base, out
 
