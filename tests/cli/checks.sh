@@ -4,6 +4,9 @@ set -u
 name="$1"; recap="$2"; work="$3"; schema="$4"; src="$5"
 rm -rf "$work"; mkdir -p "$work"; cd "$work" || exit 1
 fail() { echo "FAIL: $*"; exit 1; }
+# FILE PATTERN WHAT: a line of FILE matches PATTERN, runs of spaces squeezed on both sides
+# (replay's property column widens to its longest name)
+expect() { tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"; }
 # The torch checks: skipped (77) where $RECAP_PYTHON (CMake: the drivers' interpreter) has no
 # torch, failed where RECAP_REQUIRE_TORCH is set (scripts/bootstrap.sh test, so CI).
 need_torch() {  # PYTHON
@@ -814,10 +817,6 @@ sut_torch_ranks_faults)
     --report clean.json > clean.txt 2> err.txt
   rc=$?; cat clean.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
-  expect() {  # FILE PATTERN WHAT
-    # runs of spaces squeezed on both sides: replay's property column widens to its longest name
-    tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"
-  }
   expect clean.txt "rank_recompute_equal passed: 24 recompute draws on 2 ranks equal their forward draws" "clean masks: rank_recompute_equal"
   expect clean.txt "tp_masks_differ      passed: 6 draws inside tensor-parallel regions differ across 2 ranks" "clean masks: tp_masks_differ"
   expect clean.txt "outside_masks_equal  passed: 6 draws outside" "clean masks: outside_masks_equal"
@@ -903,10 +902,6 @@ sut_torch_pp_faults)
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   grads="$src/tests/cli/data/pp2-grads.json"; masks="$src/tests/cli/data/pp2-masks.json"
-  expect() {  # FILE PATTERN WHAT
-    # runs of spaces squeezed on both sides: replay's property column widens to its longest name
-    tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"
-  }
   "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
   rc=$?; cat clean.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
@@ -983,10 +978,6 @@ sut_torch_planted_faults)
     if [ "$1" = none ]; then "$recap" replay --sut torch --backend sim "$2" > "$1.txt" 2> err.txt
     else "$recap" replay --sut torch --backend sim "$2" --worker-env "RECAP_DRIVER_FAULT=$1" > "$1.txt" 2> err.txt; fi
     echo "== $1: exit $?"; cat "$1.txt"
-  }
-  expect() {  # FILE PATTERN WHAT
-    # runs of spaces squeezed on both sides: replay's property column widens to its longest name
-    tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"
   }
   run_fault none "$eager"
   expect none.txt "rng_ledger        passed" "clean: rng_ledger"
