@@ -1,6 +1,11 @@
 // CUDA bodies of the model ops (ops_gpu.h): grid-stride loops over op_math.h's element functions,
-// one thread per output element (or row), so each output's reduction order is fixed and results
-// are the same on every run. And the cuBLAS GEMM used by Linear layers.
+// one thread per output element, and the cuBLAS GEMM used by Linear layers. Row reductions (norms,
+// attention softmax) run one warp per row and the loss one block: a thread per row left a few
+// thousand threads each walking a long row, and the loss ran on one thread, which made large cases
+// cost seconds of GPU time. Every reduction here has a fixed order (each lane sums its strided
+// elements in order, then a fixed butterfly or tree), so a backend still gives the same bits on
+// every run, eagerly or replayed. sim keeps op_math.h's sequential loops; the two backends agree
+// within tolerance, as they already did (FMA contraction, expf, cuBLAS).
 #include <cuda_runtime.h>
 #ifdef RECAP_MODELS_CUBLAS
 #include <cublas_v2.h>
@@ -31,20 +36,134 @@ __device__ int64_t global_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
 RECAP_LOOP_KERNEL(k_gemm, math::GemmArgs, gemm_element)
 RECAP_LOOP_KERNEL(k_col_sum, math::ColSumArgs, col_sum_element)
-RECAP_LOOP_KERNEL(k_norm_forward, math::NormArgs, norm_forward_row)
-RECAP_LOOP_KERNEL(k_norm_backward_dx, math::NormArgs, norm_backward_dx_row)
 RECAP_LOOP_KERNEL(k_norm_backward_params, math::NormArgs, norm_backward_params_col)
 RECAP_LOOP_KERNEL(k_elementwise, math::EwArgs, ew_element)
 RECAP_LOOP_KERNEL(k_silu_gate_backward, math::SiluGateBackwardArgs, silu_gate_backward_element)
 RECAP_LOOP_KERNEL(k_dropout_mask, math::DropoutMaskArgs, dropout_mask_element)
-RECAP_LOOP_KERNEL(k_attn_softmax_forward, math::AttnArgs, attn_softmax_forward_row)
 RECAP_LOOP_KERNEL(k_attn_pv_forward, math::AttnArgs, attn_pv_forward_element)
 RECAP_LOOP_KERNEL(k_attn_dp, math::AttnArgs, attn_dp_element)
-RECAP_LOOP_KERNEL(k_attn_softmax_backward, math::AttnArgs, attn_softmax_backward_row)
 RECAP_LOOP_KERNEL(k_attn_dqkv, math::AttnArgs, attn_dqkv_element)
 
+// ---- one warp per row ---------------------------------------------------------------------------
+constexpr int kWarp = 32;
+constexpr unsigned kFull = 0xffffffffu;
+
+// The sum of every lane's v, the same bits in every lane: a butterfly whose pairs add commutatively
+// (x + y == y + x exactly), in a fixed order of levels.
+__device__ float warp_sum(float v) {
+  for (int m = kWarp / 2; m > 0; m /= 2) v += __shfl_xor_sync(kFull, v, m);
+  return v;
+}
+__device__ float warp_max(float v) {
+  for (int m = kWarp / 2; m > 0; m /= 2) v = fmaxf(v, __shfl_xor_sync(kFull, v, m));
+  return v;
+}
+__device__ int64_t warp_row() { return global_index() / kWarp; }
+__device__ int64_t warp_rows_stride() { return global_stride() / kWarp; }
+__device__ int lane() { return static_cast<int>(threadIdx.x % kWarp); }
+
+// Whole warps stay in the loop (rows is the same for a warp's lanes), so the shuffles see all 32.
+#define RECAP_FOR_WARP_ROWS(r, rows) for (int64_t r = warp_row(); r < (rows); r += warp_rows_stride())
+
+__global__ void k_norm_forward(math::NormArgs a) {
+  const float inv_cols = 1.0f / static_cast<float>(a.cols);
+  RECAP_FOR_WARP_ROWS(r, a.rows) {
+    const int64_t base = r * a.cols;
+    float mu = 0.0f;
+    if (!a.rms) {
+      float s = 0.0f;
+      for (int64_t c = lane(); c < a.cols; c += kWarp) s += math::load(a.x, a.dtype, base + c);
+      mu = warp_sum(s) * inv_cols;
+    }
+    float v = 0.0f;
+    for (int64_t c = lane(); c < a.cols; c += kWarp) {
+      float d = math::load(a.x, a.dtype, base + c) - mu;
+      v += d * d;
+    }
+    const float rs = 1.0f / sqrtf(warp_sum(v) * inv_cols + a.eps);
+    for (int64_t c = lane(); c < a.cols; c += kWarp) {
+      float o = (math::load(a.x, a.dtype, base + c) - mu) * rs * math::load(a.gamma, a.dtype, c);
+      if (!a.rms) o += math::load(a.beta, a.dtype, c);
+      math::store(a.y, a.dtype, base + c, o);
+    }
+    if (lane() == 0) {
+      if (a.mean != nullptr) a.mean[r] = mu;
+      if (a.rstd != nullptr) a.rstd[r] = rs;
+    }
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, as op_math.h's row function.
+__global__ void k_norm_backward_dx(math::NormArgs a) {
+  const float inv_cols = 1.0f / static_cast<float>(a.cols);
+  RECAP_FOR_WARP_ROWS(r, a.rows) {
+    const int64_t base = r * a.cols;
+    const float mu = a.rms ? 0.0f : a.mean[r];
+    const float rs = a.rstd[r];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int64_t c = lane(); c < a.cols; c += kWarp) {
+      float xh = (math::load(a.x, a.dtype, base + c) - mu) * rs;
+      float g = math::load(a.dy, a.dtype, base + c) * math::load(a.gamma, a.dtype, c);
+      sum_g += g;
+      sum_gx += g * xh;
+    }
+    const float mean_g = a.rms ? 0.0f : warp_sum(sum_g) * inv_cols;
+    const float mean_gx = warp_sum(sum_gx) * inv_cols;
+    for (int64_t c = lane(); c < a.cols; c += kWarp) {
+      float xh = (math::load(a.x, a.dtype, base + c) - mu) * rs;
+      float g = math::load(a.dy, a.dtype, base + c) * math::load(a.gamma, a.dtype, c);
+      math::store(a.dx, a.dtype, base + c, rs * (g - mean_g - xh * mean_gx));
+    }
+  }
+}
+
+// Row (h, i) of P = softmax over j <= i of the scores, zero above the diagonal.
+__global__ void k_attn_softmax_forward(math::AttnArgs a) {
+  RECAP_FOR_WARP_ROWS(r, a.heads * a.T) {
+    const int64_t h = r / a.T, i = r % a.T;
+    float m = -INFINITY;
+    for (int64_t j = lane(); j <= i; j += kWarp) m = fmaxf(m, math::attn_score(a, h, i, j));
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int64_t j = lane(); j <= i; j += kWarp) sum += expf(math::attn_score(a, h, i, j) - m);
+    sum = warp_sum(sum);
+    const int64_t base = r * a.T;
+    for (int64_t j = lane(); j < a.T; j += kWarp)
+      math::store(a.P, a.dtype, base + j, j <= i ? expf(math::attn_score(a, h, i, j) - m) / sum : 0.0f);
+  }
+}
+
+// Row (h, i) in place: dS = P * (dP - sum_j P dP).
+__global__ void k_attn_softmax_backward(math::AttnArgs a) {
+  RECAP_FOR_WARP_ROWS(r, a.heads * a.T) {
+    const int64_t i = r % a.T, base = r * a.T;
+    float dot = 0.0f;
+    for (int64_t j = lane(); j <= i; j += kWarp) dot += math::load(a.P, a.dtype, base + j) * a.dS[base + j];
+    dot = warp_sum(dot);
+    for (int64_t j = lane(); j <= i; j += kWarp)
+      a.dS[base + j] = math::load(a.P, a.dtype, base + j) * (a.dS[base + j] - dot);
+  }
+}
+
+// ---- the loss: one block -------------------------------------------------------------------------
+constexpr int kLossBlock = 256;
+
+// loss[0] = 0.5 * sum (y - t)^2 / n in double: each thread sums its strided elements in order,
+// then a fixed tree over shared memory.
 __global__ void k_mse_loss(math::MseArgs a) {
-  if (global_index() == 0) math::mse_loss_single(a);
+  __shared__ double part[kLossBlock];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < a.n; i += kLossBlock) {
+    double d = static_cast<double>(math::load(a.y, a.dtype, i)) - static_cast<double>(math::load(a.target, a.dtype, i));
+    acc += d * d;
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kLossBlock / 2; s > 0; s /= 2) {
+    if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) a.loss[0] = static_cast<float>(0.5 * part[0] / static_cast<double>(a.n));
 }
 
 // C[b](m, n) = bias[n]: the bias a cuBLAS GEMM then accumulates onto with beta = 1.
@@ -64,30 +183,39 @@ int launch_loop(void (*kernel)(Args, int64_t), void* stream, const Args& a, int6
                                            argv, 0, static_cast<cudaStream_t>(stream)));
 }
 
+// One warp per row: rows * 32 threads, in whole blocks.
+template <typename Args>
+int launch_rows(void (*kernel)(Args), void* stream, const Args& a, int64_t rows) {
+  Args args = a;
+  void* argv[] = {&args};
+  return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(blocks_for(rows * kWarp)),
+                                           dim3(kBlock), argv, 0, static_cast<cudaStream_t>(stream)));
+}
+
 int64_t p_elems(const math::AttnArgs& a) { return a.heads * a.T * a.T; }
 
 }  // namespace
 
 int gemm(void* s, const math::GemmArgs& a) { return launch_loop(k_gemm, s, a, a.batch * a.M * a.N); }
 int col_sum(void* s, const math::ColSumArgs& a) { return launch_loop(k_col_sum, s, a, a.cols); }
-int norm_forward(void* s, const math::NormArgs& a) { return launch_loop(k_norm_forward, s, a, a.rows); }
-int norm_backward_dx(void* s, const math::NormArgs& a) { return launch_loop(k_norm_backward_dx, s, a, a.rows); }
+int norm_forward(void* s, const math::NormArgs& a) { return launch_rows(k_norm_forward, s, a, a.rows); }
+int norm_backward_dx(void* s, const math::NormArgs& a) { return launch_rows(k_norm_backward_dx, s, a, a.rows); }
 int norm_backward_params(void* s, const math::NormArgs& a) { return launch_loop(k_norm_backward_params, s, a, a.cols); }
 int elementwise(void* s, const math::EwArgs& a) { return launch_loop(k_elementwise, s, a, a.n); }
 int silu_gate_backward(void* s, const math::SiluGateBackwardArgs& a) { return launch_loop(k_silu_gate_backward, s, a, a.n); }
 int dropout_mask(void* s, const math::DropoutMaskArgs& a) {
   return launch_loop(k_dropout_mask, s, a, static_cast<int64_t>(runtime::dropout_mask_words(a.n)));
 }
-int attn_softmax_forward(void* s, const math::AttnArgs& a) { return launch_loop(k_attn_softmax_forward, s, a, a.heads * a.T); }
+int attn_softmax_forward(void* s, const math::AttnArgs& a) { return launch_rows(k_attn_softmax_forward, s, a, a.heads * a.T); }
 int attn_pv_forward(void* s, const math::AttnArgs& a) { return launch_loop(k_attn_pv_forward, s, a, a.T * a.hidden); }
 int attn_dp(void* s, const math::AttnArgs& a) { return launch_loop(k_attn_dp, s, a, p_elems(a)); }
-int attn_softmax_backward(void* s, const math::AttnArgs& a) { return launch_loop(k_attn_softmax_backward, s, a, a.heads * a.T); }
+int attn_softmax_backward(void* s, const math::AttnArgs& a) { return launch_rows(k_attn_softmax_backward, s, a, a.heads * a.T); }
 int attn_dqkv(void* s, const math::AttnArgs& a) { return launch_loop(k_attn_dqkv, s, a, a.T * 3 * a.hidden); }
 int mse_loss(void* s, const math::MseArgs& a) {
   math::MseArgs args = a;
   void* argv[] = {&args};
   return static_cast<int>(
-      cudaLaunchKernel(reinterpret_cast<const void*>(k_mse_loss), dim3(1), dim3(1), argv, 0, static_cast<cudaStream_t>(s)));
+      cudaLaunchKernel(reinterpret_cast<const void*>(k_mse_loss), dim3(1), dim3(kLossBlock), argv, 0, static_cast<cudaStream_t>(s)));
 }
 
 // ---- cuBLAS -------------------------------------------------------------------------------------

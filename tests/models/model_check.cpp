@@ -58,6 +58,15 @@ std::vector<LayerCase> layer_cases() {
                        .tol = dt == DType::F32 ? kTolF32 : kTolBf16Stack,
                        .dropout = true});
     }
+    // Rows and columns longer than a warp and not a multiple of it (70 tokens, hidden 100): the
+    // GPU's warp-per-row and block reductions (ops.cu) take their strided and tail paths.
+    for (const char* kind : {"layernorm", "rmsnorm", "attention"}) {
+      cases.push_back({.name = std::string(kind) + "_long_rows_" + dn + (draws(kind) ? "_p10" : "_p0"),
+                       .spec = {.hidden = 100, .tokens = 70, .dtype = dt,
+                                .layers = {{.kind = kind, .heads = 2, .dropout = draws(kind) ? 0.1f : 0.0f}}},
+                       .tol = dt == DType::F32 ? kTolF32 : kTolBf16Stack,
+                       .dropout = draws(kind)});
+    }
     for (float p : {0.0f, 0.1f}) {
       LayerCase c;
       c.name = "stack4_" + dn + (p > 0 ? "_p10" : "_p0");

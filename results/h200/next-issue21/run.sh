@@ -9,8 +9,8 @@
 #   differential I/N  shard I of N of the 520-case differential against sim (small tensors)
 #   rates          torch and megatron@0.19.2 --no-checkpoint, 16 jobs, 120 s of cases each
 #   checks         recap mutants --backend cuda --fault cuda-dropout-offset; compute-sanitizer, every tool
-#   verify-kernels branch `kernels`' warp-per-row kernels: its models_gpu_test, the large cases on both
-#                  binaries, a 200-case differential against sim, its rate at 1 and 16 jobs
+#   verify         the warp-per-row kernels (models/ops.cu): models_gpu_test, the large cases of cases/
+#                  replayed with --profile, the rate at 1 to 16 jobs (VERIFY_JOBS="jobs:chunk ...")
 #   kernels        the large cases of cases/ (session 10's slowest) replayed with --profile, then under
 #                  ncu (gpu__time_duration per kernel, graph nodes included), summed by ncu_summary.py
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue21/run.sh campaign 0/4
@@ -64,26 +64,25 @@ case ${1:-} in
         --log-file "$o/$n-ncu.csv" "$B" replay "$f" --backend cuda > "$o/$n-ncu.log" 2>&1; echo "exit $?" >> "$o/$n-ncu.log"
     done
     python3 results/h200/next-issue21/ncu_summary.py "$o"/*-ncu.csv > "$o/kernels.txt" 2>&1; cat "$o/kernels.txt" ;;
-  verify-kernels)  # branch `kernels` (b6338ad): its warp-per-row kernels, carried as .device/kernels/{recap,models_gpu_test}
-    K=$PWD/.device/kernels
-    timeout -k 10 120 "$K/models_gpu_test" > "$o/models_gpu_test.log" 2>&1; echo "exit $?" >> "$o/models_gpu_test.log"
+  verify)  # the warp-per-row kernels on main: models_gpu_test, the large cases, the rate by jobs and chunk size
+    T=$PWD/.device/slim/tests/models/models_gpu_test
+    timeout -k 10 150 "$T" > "$o/models_gpu_test.log" 2>&1; echo "exit $?" >> "$o/models_gpu_test.log"
     for f in results/h200/next-issue21/cases/*.json; do n=$(basename "$f" .json)
-      for b in main:$B kernels:$K/recap; do timeout -k 10 40 "${b#*:}" replay "$f" --backend cuda --profile \
-        > "$o/$n-${b%%:*}.log" 2>&1; echo "exit $?" >> "$o/$n-${b%%:*}.log"; done
+      timeout -k 10 40 "$B" replay "$f" --backend cuda --profile > "$o/$n.log" 2>&1; echo "exit $?" >> "$o/$n.log"
     done
-    timeout -k 10 120 "$K/recap" fuzz --backend cuda --policy graph-safe --differential sim --dims small --cases 200 --seed 1 \
-      --jobs 16 --chunk-cases 5 --shrink-limit 5 --corpus-dir "$o/diff" --report "$o/differential.json" > "$o/differential.log" 2>&1
-    echo "exit $?" >> "$o/differential.log"
-    for j in 1 16; do RECAP_CUDA_BLOCK_CACHE=1 timeout -k 10 35 "$K/recap" fuzz --backend cuda --policy graph-safe --profile \
-      --cases 3000 --seed 1 --jobs $j --chunk-cases 2 --time-budget 20 --shrink-limit 4 --corpus-dir "$o/c" \
-      --report "$o/kernels-j$j.json" > "$o/kernels-j$j.log" 2>&1; echo "exit $?" >> "$o/kernels-j$j.log"; done
-    tail -n 3 "$o/models_gpu_test.log"; grep -h -E "cases/min|by disposition|^exit" "$o"/*.log | head -30 ;;
+    for jc in ${VERIFY_JOBS:-1:10 4:10 8:10 16:10 16:25}; do j=${jc%%:*}; c=${jc#*:}
+      [ "$(left)" -gt 45 ] || break
+      RECAP_CUDA_BLOCK_CACHE=1 timeout -k 10 40 "$B" fuzz --backend cuda --policy graph-safe --profile --cases 30000 --seed 1 \
+        --jobs $j --chunk-cases $c --time-budget 25 --shrink-limit 4 --corpus-dir "$o/c" --report "$o/j$j-c$c.json" \
+        > "$o/j$j-c$c.log" 2>&1; echo "exit $?" >> "$o/j$j-c$c.log"
+    done
+    tail -n 3 "$o/models_gpu_test.log" ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=60 SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh 3 > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify-kernels" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
