@@ -245,6 +245,7 @@ reports::CampaignResult fuzz(const FuzzOptions& opts, const std::function<void(c
     if (c % shards != shard || opts.skip_chunks.count(c)) continue;
     if (out_of_time()) break;
     if (!opts.keep_going && opts.max_failures > 0 && static_cast<int>(st.failures.size()) >= opts.max_failures) break;
+    if (opts.claim && !opts.claim(c)) continue;  // another job has it
     const int n = std::min(chunk_cases, opts.cases - c * chunk_cases);
     const uint64_t chunk_seed = splitmix(opts.seed ^ splitmix(static_cast<uint64_t>(c) + 1));
     std::set<std::string> shrunk;  // buckets shrunk in this chunk (keep_going)

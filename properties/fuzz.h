@@ -27,6 +27,11 @@ struct FuzzOptions {
   OracleOptions oracle;
   int shard_index = 0;         // this process runs shard `shard_index` of `shard_count`
   int shard_count = 1;
+  // Several jobs on one shard: a job runs chunk c of its shard only if claim(c) says it is the first
+  // to ask (null: every chunk of the shard). Chunks then go to whichever job is free, so one slow
+  // chunk no longer holds back the rest of a static deal; a chunk's cases and verdicts depend only
+  // on the seed and c, so the merged report is the same however the chunks were dealt.
+  std::function<bool(int chunk)> claim;
   // Stop starting chunks once this many counterexamples are found (0: no limit). Chunks are
   // RapidCheck runs of up to chunk_cases cases; a failing chunk ends at its first failure and shrinks it.
   int max_failures = 1;

@@ -18,8 +18,8 @@ cd "$(dirname "$0")/.." || exit 2
 . scripts/gpu-out.sh
 build="${RECAP_BUILD:-build-gpu}"
 cases="${1:-40}"
-# RECAP_CUDA_BLOCK_CACHE=0: every block really freed (the default; set here in case the caller turned
-# the cache on), so initcheck and use-after-free see each one
+# RECAP_CUDA_BLOCK_CACHE=0: every block really freed (campaign runs cache freed blocks by default),
+# so initcheck and use-after-free see each one
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" RECAP_CORPUS_DIR="$PWD/corpus" RECAP_CUDA_BLOCK_CACHE=0
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 status=0

@@ -31,8 +31,10 @@ CampaignResult run_in_process(const CampaignOptions& o) {
   std::ofstream progress_file;
   if (!o.worker_out.empty()) progress_file.open(o.worker_out + ".progress");
   int total = shard_cases(o.fuzz.cases, o.fuzz.chunk_cases, o.fuzz.shard_index, std::max(1, o.fuzz.shard_count));
+  properties::FuzzOptions fo = o.fuzz;
+  if (!o.claim_dir.empty()) fo.claim = [&o](int chunk) { return claim_chunk(o.claim_dir, chunk, o.job); };
   auto cb = [&](const properties::Progress& p) {
-    maybe_abort(o.fuzz.shard_index, p.done);
+    maybe_abort(o.job, p.done);
     if (progress_file.is_open()) {
       progress_file.seekp(0);
       progress_file << p.done << ' ' << p.failures << "        " << std::flush;
@@ -45,7 +47,7 @@ CampaignResult run_in_process(const CampaignOptions& o) {
       }
     }
   };
-  CampaignResult r = properties::fuzz(o.fuzz, cb);
+  CampaignResult r = properties::fuzz(fo, cb);
   if (o.progress) clear_progress_line();
   return r;
 }

@@ -38,6 +38,10 @@ struct CampaignOptions {
   bool isolate = false;      // worker processes even with one job
   bool progress = false;     // the \r progress line on stderr
   std::string worker_out;    // this process is a worker: write the result here
+  // A worker: its job number, and the folder where the jobs claim chunks (one file per chunk,
+  // created exclusively, holding the job's number); "" deals no chunks dynamically.
+  int job = 0;
+  std::string claim_dir;
   SutFlags sut;              // --sut and the worker flags (fuzz.oracle.sut is made from them in each process)
   std::string sut_kind = "recap";  // what --sut names (SutChoice::kind), and what the system said of itself:
   sut::SutInfo sut_info;           // the report's context and the corpus files record them
@@ -77,7 +81,13 @@ int count_unknown(CampaignResult& r);
 // One counterexample per bucket: the lowest chunk's (chunks shrink independently, so that how
 // chunks are dealt to jobs and shards changes nothing).
 void one_per_bucket(CampaignResult& r);
+// --jobs N: N worker processes on this process's shard, each taking the next unclaimed chunk when
+// it is free (claim_chunk), merged in chunk order.
 CampaignResult run_workers(const CampaignOptions& o);
+// The jobs' chunk claims: claim_chunk creates DIR/CHUNK exclusively, holding the job's number, and
+// is true for the first job to ask; chunks_claimed_by lists a job's chunks, lowest first.
+bool claim_chunk(const std::string& dir, int chunk, int job);
+std::vector<int> chunks_claimed_by(const std::string& dir, int job);
 // Writes each failure to the corpus dir (sets corpus_path), recording the system under test that
 // found it (its kind and version: what `recap replay FILE` runs it on); throws UsageError when it
 // cannot.
@@ -150,6 +160,8 @@ struct FuzzFlags {
   std::string gpus;          // --gpus LIST: ordinals or all (gpus.h)
   bool gpus_given = false;   // --gpus was on the command line (an empty LIST is an error, not "off")
   int job_gpu = -1;          // internal (a job of --gpus): the ordinal it was given
+  int job = 0;               // internal (a worker): its job number
+  std::string claim_dir;     // internal (a worker): where the jobs claim chunks
 };
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f);
 // Resolves the backend, seed, shard and policy; *seed_random when the seed was drawn.

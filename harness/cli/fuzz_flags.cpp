@@ -154,6 +154,8 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
       "job's worker observed and how many cases each GPU ran. Implies worker processes (as --isolate)");
   cmd->add_option("--job-gpu", f->job_gpu, "internal: a --gpus job, given this ordinal")->group("");
   cmd->add_option("--worker-out", f->worker_out, "internal: run as a worker, write the result here")->group("");
+  cmd->add_option("--job", f->job, "internal: a worker's job number")->group("");
+  cmd->add_option("--claim-dir", f->claim_dir, "internal: a worker claims its chunks here")->group("");
   cmd->add_option("--skip-chunks", f->skip_chunks, "internal: a resumed campaign's worker skips these chunks")
       ->delimiter(',')
       ->group("");
@@ -242,6 +244,8 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
   o.jobs = f.jobs;
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;
+  o.job = f.worker_out.empty() ? 0 : f.job;
+  o.claim_dir = f.worker_out.empty() ? "" : f.claim_dir;
   o.fuzz.skip_chunks.insert(f.skip_chunks.begin(), f.skip_chunks.end());
   o.progress = f.worker_out.empty() && (isatty(STDERR_FILENO) || progress_as_lines());
   return o;

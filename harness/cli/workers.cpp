@@ -1,8 +1,11 @@
-// Worker processes (--jobs N, --isolate): recap itself, one sub-shard each, started with
-// posix_spawn and read back as JSON (reports::campaign_to_json). A worker that dies (a signal, an
-// abort, a sticky CUDA error that ends the process) is recorded as `crashed` with its shard and
-// reproduce command; the others go on. Each worker keeps a .progress file (cases done, failures)
-// that the parent reads for its progress line and, after a crash, for how far the shard got.
+// Worker processes (--jobs N, --isolate): recap itself, started with posix_spawn and read back as
+// JSON (reports::campaign_to_json). The jobs share this process's shard and claim its chunks one at
+// a time, the next unclaimed one whenever a job is free: a static deal (chunk c to job c mod N) left
+// every job waiting for the one that drew the slowest chunks. A worker that dies (a signal, an abort,
+// a sticky CUDA error that ends the process) is recorded as `crashed` with the chunk it was running
+// and the command that reruns that chunk alone; the others go on and take the chunks it had not
+// claimed. Each worker keeps a .progress file (cases done, failures) that the parent reads for its
+// progress line and, after a crash, for how far the job got.
 // --gpus: job j runs with CUDA_VISIBLE_DEVICES naming GPU LIST[j mod n] alone (gpus.h), and says
 // what its system under test observed of its device in its result (reports::JobDevice).
 #include <fcntl.h>
@@ -44,7 +47,7 @@ std::string signal_text(int sig) {
 
 struct Worker {
   pid_t pid = -1;
-  int shard = 0, count = 1;
+  int job = 0;
   std::string out;
   bool done = false;
   int gpu = -1;  // --gpus: its ordinal
@@ -61,10 +64,34 @@ int read_progress(const std::string& out, int* failures) {
 
 }  // namespace
 
+bool claim_chunk(const std::string& dir, int chunk, int job) {
+  const std::string path = dir + "/" + std::to_string(chunk);
+  int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) return false;
+    throw UsageError("cannot claim chunk " + std::to_string(chunk) + " (" + path + "): " + std::strerror(errno));
+  }
+  const std::string text = std::to_string(job) + "\n";
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!ok) throw UsageError("cannot write the claim " + path);
+  return true;
+}
+
+std::vector<int> chunks_claimed_by(const std::string& dir, int job) {
+  std::vector<int> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream in(e.path());
+    int j = -1;
+    if (in >> j && j == job) out.push_back(std::atoi(e.path().filename().c_str()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 CampaignResult run_workers(const CampaignOptions& o) {
   int jobs = std::max(1, o.jobs);
-  // Sub-shards of this process's shard: fuzz() deals chunk c to shard c mod n, so shard i of n
-  // split in `jobs` is shards i + n*j of n*jobs.
   int n = o.fuzz.shard_count, i = o.fuzz.shard_index;
   std::string exe = self_exe();
   std::error_code tec;  // $TMPDIR, else /tmp
@@ -72,18 +99,21 @@ CampaignResult run_workers(const CampaignOptions& o) {
   if (tec) tmpl = "/tmp/recap-fuzz-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw UsageError("cannot create a temporary directory " + tmpl + ": " + std::strerror(errno));
   std::string dir = tmpl;
+  const std::string claims = dir + "/claims";
+  if (!std::filesystem::create_directory(claims, tec))
+    throw UsageError("cannot create " + claims + ": " + tec.message());
   auto t0 = std::chrono::steady_clock::now();
 
   std::vector<Worker> workers;
   for (int j = 0; j < jobs; ++j) {
     Worker w;
-    w.shard = i + n * j;
-    w.count = n * jobs;
-    w.out = dir + "/shard-" + std::to_string(w.shard) + ".json";
+    w.job = j;
+    w.out = dir + "/job-" + std::to_string(j) + ".json";
     if (!o.gpus.empty()) w.gpu = gpu_of_job(j, o.gpus);
     std::vector<std::string> args = {exe, "fuzz", "--backend", o.backend, "--cases", std::to_string(o.fuzz.cases),
                                      "--seed", std::to_string(o.fuzz.seed), "--shard",
-                                     std::to_string(w.shard) + "/" + std::to_string(w.count), "--worker-out", w.out};
+                                     std::to_string(i) + "/" + std::to_string(n), "--worker-out", w.out,
+                                     "--job", std::to_string(j), "--claim-dir", claims};
     if (o.fuzz.time_budget_s > 0) {
       args.push_back("--time-budget");
       args.push_back(std::to_string(o.fuzz.time_budget_s));
@@ -189,7 +219,6 @@ CampaignResult run_workers(const CampaignOptions& o) {
       w.done = true;
       w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       --running;
-      std::string shard = std::to_string(w.shard) + "/" + std::to_string(w.count);
       bool clean = r == w.pid && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1);
       CampaignResult part;
       bool loaded = false;
@@ -208,11 +237,20 @@ CampaignResult run_workers(const CampaignOptions& o) {
                           : WIFSIGNALED(status) ? "died of " + signal_text(WTERMSIG(status))
                           : WIFEXITED(status)   ? "exited with code " + std::to_string(WEXITSTATUS(status))
                                                 : "stopped";
-        std::string line = "shard " + shard + " " + how + " after " + std::to_string(done) +
-                           " of its cases (case " + std::to_string(done + 1) + " of the shard crashed); reproduce: recap fuzz --backend " +
-                           o.backend + " --seed " + std::to_string(o.fuzz.seed) + " --cases " +
-                           std::to_string(o.fuzz.cases) + (o.policy.empty() ? "" : " --policy " + o.policy) +
-                           (o.sut.sut == "recap" ? "" : " --sut " + o.sut.sut) + " --shard " + shard;
+        // chunks are claimed one at a time, so the job's last claim is the chunk it died in; shard
+        // K/CHUNKS is chunk K alone
+        const std::vector<int> mine = chunks_claimed_by(claims, w.job);
+        const int chunks = (o.fuzz.cases + std::max(1, o.fuzz.chunk_cases) - 1) / std::max(1, o.fuzz.chunk_cases);
+        std::string line = "job " + std::to_string(w.job) + " " + how + " after " + std::to_string(done) +
+                           " of its cases (case " + std::to_string(done + 1) + " of the job crashed";
+        if (!mine.empty())
+          line += ", in chunk " + std::to_string(mine.back()) + "); reproduce: recap fuzz --backend " + o.backend +
+                  " --seed " + std::to_string(o.fuzz.seed) + " --cases " + std::to_string(o.fuzz.cases) +
+                  " --chunk-cases " + std::to_string(o.fuzz.chunk_cases) + (o.policy.empty() ? "" : " --policy " + o.policy) +
+                  (o.sut.sut == "recap" ? "" : " --sut " + o.sut.sut) + " --shard " + std::to_string(mine.back()) + "/" +
+                  std::to_string(chunks);
+        else
+          line += ", before it claimed a chunk)";
         part.crashes.push_back(line);
         part.cases = done + 1;
         part.by_disposition["crashed"] = 1;
@@ -249,7 +287,7 @@ CampaignResult run_workers(const CampaignOptions& o) {
     reports::JobDevice d = parts[wi].job_devices.empty() ? reports::JobDevice{} : parts[wi].job_devices.front();
     const Worker& w = workers[wi];
     d.job = static_cast<int>(wi);
-    d.shard = std::to_string(w.shard) + "/" + std::to_string(w.count);
+    d.shard = std::to_string(i) + "/" + std::to_string(n);  // the jobs share it, claiming its chunks
     d.requested = w.gpu;
     d.visible_set = o.gpu_visible.at(std::find(o.gpus.begin(), o.gpus.end(), w.gpu) - o.gpus.begin());
     d.cases = parts[wi].cases;

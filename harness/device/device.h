@@ -217,14 +217,13 @@ struct DeviceOptions {
   // out again for requests of the same bytes, across the devices of one process, instead of
   // cudaFree and cudaMalloc, which wait for the whole device. Allocations and frees while a
   // capture is open on the device are CUDA's own. The ledger's figures are unchanged; the process
-  // holds up to 2 GiB more than the ledger says. Off unless RECAP_CUDA_BLOCK_CACHE=1: on the H200
-  // it removed the frees' waits but not the campaign's rate (docs/profile.md).
+  // holds up to 2 GiB more than the ledger says. Campaign runs turn it on (block_cache_wanted).
   bool block_cache = false;
 };
 
-// Whether campaign runs use DeviceOptions::block_cache: only with RECAP_CUDA_BLOCK_CACHE=1 (it has
-// not yet paid on a GPU; the sanitizer's runs keep it off in any case: initcheck and
-// use-after-free need every block really freed).
+// Whether campaign runs use DeviceOptions::block_cache: yes unless RECAP_CUDA_BLOCK_CACHE=0. With 16
+// processes on one H200, cudaFree's device-wide waits were 65% of a case's time (docs/profile.md);
+// the sanitizer's runs turn it off (initcheck and use-after-free need every block really freed).
 bool block_cache_wanted();
 
 // Makes a device. Auto picks cuda when usable, else sim. Returns nullptr and sets *error when the

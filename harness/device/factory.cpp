@@ -39,7 +39,7 @@ int cuda_device_count(std::string* why) {
 
 bool block_cache_wanted() {
   const char* v = std::getenv("RECAP_CUDA_BLOCK_CACHE");
-  return v != nullptr && std::string(v) == "1";
+  return v == nullptr || std::string(v) != "0";
 }
 
 std::unique_ptr<Device> make_device(BackendChoice choice, const DeviceOptions& opts, std::string* error) {

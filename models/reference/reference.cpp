@@ -9,24 +9,26 @@ namespace recap::models::reference {
 
 // ---- ops ------------------------------------------------------------------------------------------
 
-// The loops run row by row as axpys (one scalar times a contiguous row added into a contiguous
-// row): no dependency chain and no strided walks, so they vectorize and stay in cache. Each output
-// still sums its terms in the same order as the textbook dot product (ascending inner index), so
-// the figures are those of the plain loops.
+// The loops vectorize without changing what is summed in which order: every output adds its terms
+// in ascending inner index, as the textbook dot product does. The forward runs over W's rows with
+// all token rows at once (x transposed, which is small: the reference checks few tokens), so W is
+// read once, in order; it used to be transposed first, a strided walk over the whole matrix that
+// cost four times the arithmetic at 8 tokens. The backward's dx is axpys over W's rows.
 Vec linear_forward(const Vec& x, int64_t rows, int64_t in, int64_t out, const Vec& W, const Vec* b) {
-  Vec Wt(static_cast<size_t>(in * out));  // W transposed: row i holds W[., i]
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) Wt[i * out + o] = W[o * in + i];
+  Vec xt(static_cast<size_t>(in * rows));  // x transposed: row i holds x[., i]
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < in; ++i) xt[i * rows + r] = x[r * in + i];
   Vec y(static_cast<size_t>(rows * out), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    double* yr = &y[r * out];
-    if (b)
-      for (int64_t o = 0; o < out; ++o) yr[o] = (*b)[o];
+  Vec acc(static_cast<size_t>(rows));
+  for (int64_t o = 0; o < out; ++o) {
+    std::fill(acc.begin(), acc.end(), b ? (*b)[o] : 0.0);
+    const double* wo = &W[o * in];
     for (int64_t i = 0; i < in; ++i) {
-      const double a = x[r * in + i];
-      const double* wi = &Wt[i * out];
-      for (int64_t o = 0; o < out; ++o) yr[o] += a * wi[o];
+      const double w = wo[i];
+      const double* xi = &xt[i * rows];
+      for (int64_t r = 0; r < rows; ++r) acc[r] += xi[r] * w;
     }
+    for (int64_t r = 0; r < rows; ++r) y[r * out + o] = acc[r];
   }
   return y;
 }

@@ -4,8 +4,9 @@
 #   scaling        recap's runtime, graph-safe, 20 s of cases at --jobs 1, 4, 8 and 16, block cache
 #                  off and on: how the rate scales with processes on one time-sliced GPU
 #   quick          recap's runtime with the block cache at --jobs 1, 4, 16 (20 s each), torch 45 s at 16 jobs
-#   campaign I/N   shard I of N (0-based) of the 2,000-case fixed-seed campaign (seed 1, graph-safe);
-#                  `recap merge` of the N shard reports gives the one-run report (cli.merge_shards_equal_one_run)
+#   campaign [I/N] the 2,000-case fixed-seed campaign (seed 1, graph-safe; shard I of N, default all;
+#                  `recap merge` of shard reports gives the one-run report), then the naive policy on
+#                  200 cases (found and shrunk) and the 520-case differential against sim
 #   differential I/N  shard I of N of the 520-case differential against sim (small tensors)
 #   rates          torch and megatron@0.19.2 --no-checkpoint, 16 jobs, 120 s of cases each
 #   checks         recap mutants --backend cuda --fault cuda-dropout-offset; compute-sanitizer, every tool
@@ -40,10 +41,15 @@ case ${1:-} in
     timeout -k 20 $(( ${QUICK_TORCH_S:-45} + 30 )) "$B" fuzz --backend cuda --sut torch --profile --cases 30000 --seed 1 --jobs 16 --chunk-cases 10 \
       --time-budget ${QUICK_TORCH_S:-45} --shrink-limit 4 --known-findings corpus/known-findings/torch-2.11.json --worker-env "PYTHONPATH=$PWD/drivers" \
       --corpus-dir "$o/c-torch" --report "$o/torch.json" > "$o/torch.log" 2>&1; echo "exit $?" >> "$o/torch.log" ;;
-  campaign)
-    timeout -k 30 $(( $(left) - 30 )) "$B" fuzz --backend cuda --policy graph-safe --profile --cases 2000 --seed 1 --jobs 16 \
-      --chunk-cases 5 --shard "$2" --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign-${2/\//-of-}.json" \
-      > "$o/campaign.log" 2>&1; echo "exit $?" >> "$o/campaign.log" ;;
+  campaign)  # the 2,000-case campaign at 16 jobs (I/N: shard I of N), then the naive policy found and shrunk
+    timeout -k 30 $(( ${CAMPAIGN_S:-300} )) "$B" fuzz --backend cuda --policy graph-safe --profile --cases 2000 --seed 1 --jobs 16 \
+      --chunk-cases 5 --shard "${2:-0/1}" --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign-${2/\//-of-}.json" \
+      > "$o/campaign.log" 2>&1; echo "exit $?" >> "$o/campaign.log"
+    timeout -k 30 $(( $(left) / 3 )) "$B" fuzz --backend cuda --policy naive --cases 200 --seed 1 --jobs 16 --chunk-cases 5 \
+      --shrink-limit 40 --corpus-dir "$o/naive-corpus" --report "$o/naive.json" > "$o/naive.log" 2>&1; echo "exit $?" >> "$o/naive.log"
+    timeout -k 30 $(( $(left) - 20 )) "$B" fuzz --backend cuda --policy graph-safe --differential sim --dims small --cases 520 \
+      --seed 1 --jobs 16 --chunk-cases 5 --shrink-limit 5 --corpus-dir "$o/diff-corpus" \
+      --report "$o/differential.json" > "$o/differential.log" 2>&1; echo "exit $?" >> "$o/differential.log" ;;
   differential)
     timeout -k 30 $(( $(left) - 30 )) "$B" fuzz --backend cuda --policy graph-safe --differential sim --dims small --cases 520 \
       --seed 1 --jobs 16 --chunk-cases 5 --shard "$2" --shrink-limit 5 --corpus-dir "$o/corpus" \
