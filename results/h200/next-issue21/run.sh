@@ -42,8 +42,9 @@ case ${1:-} in
       --time-budget ${QUICK_TORCH_S:-45} --shrink-limit 4 --known-findings corpus/known-findings/torch-2.11.json --worker-env "PYTHONPATH=$PWD/drivers" \
       --corpus-dir "$o/c-torch" --report "$o/torch.json" > "$o/torch.log" 2>&1; echo "exit $?" >> "$o/torch.log" ;;
   campaign)  # the 2,000-case campaign at 16 jobs (I/N: shard I of N), then the naive policy found and shrunk
+    S=${2:-0/1}
     timeout -k 30 $(( ${CAMPAIGN_S:-300} )) "$B" fuzz --backend cuda --policy graph-safe --profile --cases 2000 --seed 1 --jobs 16 \
-      --chunk-cases 5 --shard "${2:-0/1}" --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign-${2/\//-of-}.json" \
+      --chunk-cases 5 --shard "$S" --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign-${S/\//-of-}.json" \
       > "$o/campaign.log" 2>&1; echo "exit $?" >> "$o/campaign.log"
     timeout -k 30 $(( $(left) / 3 )) "$B" fuzz --backend cuda --policy naive --cases 200 --seed 1 --jobs 16 --chunk-cases 5 \
       --shrink-limit 40 --corpus-dir "$o/naive-corpus" --report "$o/naive.json" > "$o/naive.log" 2>&1; echo "exit $?" >> "$o/naive.log"
