@@ -24,7 +24,7 @@
 
 namespace recap::models {
 
-// How a parameter is initialized on the host (then uploaded; bf16 rounds to nearest even).
+// How a parameter is initialized (bf16 rounds to nearest even).
 enum class Init {
   Uniform,    // U(-bound, bound), bound = 1/sqrt(fan_in) (PyTorch's Linear default)
   NormGamma,  // 1 + U(-0.1, 0.1): near PyTorch's ones, but not exactly 1, so gradients see gamma
@@ -33,6 +33,7 @@ enum class Init {
 
 // The host values of parameter `name`: value i is a Philox draw at key param_seed ^ fnv1a(name),
 // so a parameter's values depend on the seed and its name alone (not on build order or backend).
+// Builder::make_param draws the same values on the device (ops::fill_uniform).
 std::vector<float> init_values(uint64_t param_seed, const std::string& name, int64_t n, Init init, int64_t fan_in);
 
 // Which GEMM Linear layers use on the cuda backend: Cublas unless the environment variable

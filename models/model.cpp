@@ -46,9 +46,9 @@ Model::Model(Ctx& ctx, const ModelSpec& spec, uint64_t param_seed, const WrapFn&
     const LayerSpec& l = spec.layers[i];
     layers_.push_back(b.wrapped(find_layer_kind(l.kind)->make(b, layer_args(spec, l, l.kind + std::to_string(i))), "block"));
   }
-  // Parameters were uploaded with synchronous copies from pageable memory and gradients zeroed
-  // the same way; such a copy may still be in flight when it returns, and work on a non-blocking
-  // stream would not wait for it. Settle them before anyone launches.
+  // Parameters were drawn on the builder's stream and gradients zeroed by cudaMemset (which may
+  // still be in flight when it returns, and work on a non-blocking stream would not wait for it).
+  // Settle them before anyone launches.
   device::Status st = ctx.dev.device_synchronize();
   if (!device::ok(st)) throw runtime::DeviceError("cudaDeviceSynchronize", st, "model parameters");
 }

@@ -379,6 +379,30 @@ RECAP_HD inline void attn_dqkv_element(const AttnArgs& a, int64_t idx) {
   store(a.dqkv, a.dtype, idx, acc);
 }
 
+// ---- values drawn on the device --------------------------------------------------------------------
+// out[i] = base + (2 u_i - 1) * bound, u_i = uniform_from_u32 of value i of the Philox draw at (seed,
+// offset): a parameter's initial values (models::init_values) and a step's inputs and targets
+// (training::step_data), drawn where they live instead of on the host and copied up. The product
+// and the sum are rounded apart, as on the host (nvcc would contract them into one FMA), so the
+// values are those of the host functions bit for bit on both backends.
+struct FillUniformArgs {
+  int dtype = kF32;
+  int64_t n = 0;
+  uint64_t seed = 0, offset = 0;
+  float base = 0.0f, bound = 1.0f;
+  void* out = nullptr;
+};
+
+RECAP_HD inline void fill_uniform_element(const FillUniformArgs& a, int64_t i) {
+  const float u = 2.0f * runtime::uniform_from_u32(runtime::philox_value(a.seed, a.offset, static_cast<uint64_t>(i))) - 1.0f;
+#ifdef __CUDA_ARCH__
+  const float v = __fadd_rn(a.base, __fmul_rn(u, a.bound));
+#else
+  const float v = a.base + u * a.bound;
+#endif
+  store(a.out, a.dtype, i, v);
+}
+
 // ---- loss --------------------------------------------------------------------------------------
 // loss[0] = 0.5 * sum_i (y_i - t_i)^2 / n, summed in order in double, stored as fp32.
 struct MseArgs {

@@ -150,6 +150,15 @@ Kernel silu_gate_backward(const math::SiluGateBackwardArgs& a) {
   return k;
 }
 
+Kernel fill_uniform(const math::FillUniformArgs& a) {
+  Kernel k;
+  k.name = "fill_uniform";
+  k.writes = {span(a.out, a.n, a.dtype)};
+  k.host = host_loop(a, a.n, math::fill_uniform_element);
+  k.gpu = RECAP_MODELS_GPU(fill_uniform(st, a));
+  return k;
+}
+
 Kernel dropout_mask(const math::DropoutMaskArgs& a) {
   Kernel k;
   k.name = "dropout_mask";

@@ -43,6 +43,7 @@ RECAP_LOOP_KERNEL(k_dropout_mask, math::DropoutMaskArgs, dropout_mask_element)
 RECAP_LOOP_KERNEL(k_attn_pv_forward, math::AttnArgs, attn_pv_forward_element)
 RECAP_LOOP_KERNEL(k_attn_dp, math::AttnArgs, attn_dp_element)
 RECAP_LOOP_KERNEL(k_attn_dqkv, math::AttnArgs, attn_dqkv_element)
+RECAP_LOOP_KERNEL(k_fill_uniform, math::FillUniformArgs, fill_uniform_element)
 
 // ---- one warp per row ---------------------------------------------------------------------------
 constexpr int kWarp = 32;
@@ -211,6 +212,7 @@ int attn_pv_forward(void* s, const math::AttnArgs& a) { return launch_loop(k_att
 int attn_dp(void* s, const math::AttnArgs& a) { return launch_loop(k_attn_dp, s, a, p_elems(a)); }
 int attn_softmax_backward(void* s, const math::AttnArgs& a) { return launch_rows(k_attn_softmax_backward, s, a, a.heads * a.T); }
 int attn_dqkv(void* s, const math::AttnArgs& a) { return launch_loop(k_attn_dqkv, s, a, a.T * 3 * a.hidden); }
+int fill_uniform(void* s, const math::FillUniformArgs& a) { return launch_loop(k_fill_uniform, s, a, a.n); }
 int mse_loss(void* s, const math::MseArgs& a) {
   math::MseArgs args = a;
   void* argv[] = {&args};

@@ -34,6 +34,8 @@ device::Kernel silu_gate_backward(const math::SiluGateBackwardArgs& a);
 // The packed dropout mask at philox_unpack(a.philox), read when the kernel runs; writes the
 // realized (seed, offset) to a.record when non-null.
 device::Kernel dropout_mask(const math::DropoutMaskArgs& a);
+// a.n values base + (2u - 1) * bound of the Philox draw at (a.seed, a.offset) into a.out.
+device::Kernel fill_uniform(const math::FillUniformArgs& a);
 device::Kernel attn_softmax_forward(const math::AttnArgs& a);
 device::Kernel attn_pv_forward(const math::AttnArgs& a);
 device::Kernel attn_dp(const math::AttnArgs& a);

@@ -25,6 +25,7 @@ int attn_dp(void* stream, const math::AttnArgs& a);
 int attn_softmax_backward(void* stream, const math::AttnArgs& a);
 int attn_dqkv(void* stream, const math::AttnArgs& a);
 int mse_loss(void* stream, const math::MseArgs& a);
+int fill_uniform(void* stream, const math::FillUniformArgs& a);
 
 // ---- cuBLAS -----------------------------------------------------------------------------------
 // Whether this build links cuBLAS (RECAP_MODELS_CUBLAS); when not, gemm_cublas runs the simple

@@ -30,15 +30,22 @@ tail -n 3 "$out/conformance-cuda.log"
   > "$out/replay-cuda.log" 2>&1 || status=1
 tail -n 1 "$out/replay-cuda.log"
 
-# Fuzz campaigns on the GPU: the graph-safe configurations (must hold), then the naive policy
-# (must find and shrink the capture failure). Counterexamples go to a scratch corpus.
+# Fuzz campaigns on the GPU (issue 21): the 2,000-case fixed-seed campaign over the graph-safe
+# configurations (must hold; its rate is recap's price), the naive policy (must find and shrink
+# the capture failure), and the same cases on cuda and on sim (property differential, 520 cases of
+# small tensors: must hold). Counterexamples go to a scratch corpus.
+jobs="${RECAP_JOBS:-16}"
 corpus=$(mktemp -d)
-"$build/harness/cli/recap" fuzz --backend cuda --policy graph-safe --cases 200 --time-budget 150 --seed 1 \
-  --corpus-dir "$corpus" --report "$out/fuzz-cuda.json" > "$out/fuzz-cuda.log" 2>&1 || status=1
+"$build/harness/cli/recap" fuzz --backend cuda --policy graph-safe --cases 2000 --seed 1 --jobs "$jobs" --chunk-cases 5 \
+  --profile --corpus-dir "$corpus" --report "$out/fuzz-cuda.json" > "$out/fuzz-cuda.log" 2>&1 || status=1
 echo "===== naive" >> "$out/fuzz-cuda.log"
-"$build/harness/cli/recap" fuzz --backend cuda --policy naive --seed 1 --corpus-dir "$corpus" >> "$out/fuzz-cuda.log" 2>&1
+"$build/harness/cli/recap" fuzz --backend cuda --policy naive --cases 200 --seed 1 --jobs "$jobs" --chunk-cases 5 \
+  --corpus-dir "$corpus" >> "$out/fuzz-cuda.log" 2>&1
 [ $? -eq 1 ] || status=1
-grep -E "by disposition|throughput|capture_clean" "$out/fuzz-cuda.log"
+echo "===== differential" >> "$out/fuzz-cuda.log"
+"$build/harness/cli/recap" fuzz --backend cuda --policy graph-safe --differential sim --dims small --cases 520 --seed 1 \
+  --jobs "$jobs" --chunk-cases 5 --corpus-dir "$corpus" --report "$out/differential.json" >> "$out/fuzz-cuda.log" 2>&1 || status=1
+grep -E "cases/min|by disposition|capture_clean" "$out/fuzz-cuda.log"
 
 # Where the time goes (issue 21 point 1; docs/profile.md): --profile campaigns on recap's runtime
 # (cuda, graph-safe), torch and megatron@0.19.2 (without checkpoints), each report and log kept in
@@ -48,8 +55,8 @@ grep -E "by disposition|throughput|capture_clean" "$out/fuzz-cuda.log"
 prof=$(mktemp -d)
 for sut in recap torch megatron@0.19.2; do
   tag=${sut//[@.]/-}
-  if [ "$sut" = recap ]; then extra=(--policy graph-safe --jobs "${RECAP_PROFILE_JOBS:-8}")
-  else extra=(--no-checkpoint --jobs "${RECAP_PROFILE_JOBS:-5}"); fi
+  if [ "$sut" = recap ]; then extra=(--policy graph-safe --jobs "${RECAP_PROFILE_JOBS:-$jobs}")
+  else extra=(--no-checkpoint --jobs "${RECAP_PROFILE_JOBS:-$jobs}"); fi
   "$build/harness/cli/recap" fuzz --backend cuda --sut "$sut" --profile --cases "${RECAP_PROFILE_CASES:-300}" --seed 1 \
     "${extra[@]}" --time-budget 300 --corpus-dir "$corpus" --report "$prof/profile-$tag.json" \
     > "$prof/profile-$tag.log" 2>&1

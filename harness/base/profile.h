@@ -12,7 +12,7 @@
 //     device synchronizations) sim_work_ms (sim: the simulated device work it runs on the host)
 //     launch_ms (the host inside kernel and graph launches: a full launch queue blocks there)
 //     alloc_ms (device allocations and frees; cudaFree waits for the device) host_data_ms (the
-//     step's inputs and targets made on the host and uploaded)
+//     step's inputs and targets drawn, on the device; the name is older)
 #pragma once
 
 #include <chrono>

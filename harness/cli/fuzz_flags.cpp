@@ -98,7 +98,7 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
           "UINT"));
   cmd->add_option("--policy", f->policy, "Checkpoint policy of every case: naive, skip or graph-safe (drawn when absent)")
       ->check(CLI::IsMember({"naive", "skip", "graph-safe"}));
-  cmd->add_option("--jobs", f->jobs, "Worker processes on this machine (each runs a shard; a crash costs one worker)")
+  cmd->add_option("--jobs", f->jobs, "Worker processes on this machine (each takes the next unclaimed chunk of cases when it is free; a crash costs one worker and its chunk)")
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--isolate", f->isolate, "Run in a worker process even with one job (crash isolation)");
   cmd->add_option("--shard", f->shard,

@@ -7,6 +7,7 @@
 #include "harness/base/profile.h"
 #include "harness/runtime/faults.h"
 #include "harness/runtime/philox.h"
+#include "models/ops.h"
 
 namespace recap::training {
 
@@ -164,26 +165,41 @@ double Trainer::now_ms() const {
   return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+// The draw of step_data(spec, step, microbatch, kind): one Philox stream per (step, microbatch,
+// kind), offsets spaced far enough apart that streams never overlap (n <= 2^24).
+models::math::FillUniformArgs step_data_args(const CaseSpec& spec, int step, int microbatch, int kind) {
+  models::math::FillUniformArgs a;
+  a.n = static_cast<int64_t>(spec.model.tokens) * spec.model.hidden;
+  a.seed = spec.data_seed ^ kDataSalt[kind & 1];
+  a.offset = ((static_cast<uint64_t>(step) << 8) + static_cast<uint64_t>(microbatch)) << 26;
+  return a;  // U(-1, 1): base 0, bound 1
+}
+}  // namespace
+
 std::vector<float> step_data(const CaseSpec& spec, int step, int microbatch, int kind) {
-  const int64_t n = static_cast<int64_t>(spec.model.tokens) * spec.model.hidden;
-  std::vector<float> v(static_cast<size_t>(n));
-  // One Philox stream per (step, microbatch, kind): offset spaced far enough apart that streams
-  // never overlap (n <= 2^24).
-  uint64_t seed = spec.data_seed ^ kDataSalt[kind & 1];
-  uint64_t offset = ((static_cast<uint64_t>(step) << 8) + static_cast<uint64_t>(microbatch)) << 26;
-  PhiloxStream ps(seed, offset);
-  for (auto& x : v) x = 2.0f * uniform_from_u32(ps.next()) - 1.0f;
+  models::math::FillUniformArgs a = step_data_args(spec, step, microbatch, kind);
+  std::vector<float> v(static_cast<size_t>(a.n));
+  a.out = v.data();
+  for (int64_t i = 0; i < a.n; ++i) models::math::fill_uniform_element(a, i);
   return v;
 }
 
 void Trainer::load_step_data(int step) {
   check(dev.device_synchronize(), "cudaDeviceSynchronize", "loading the step's data");
   profile::Scope prof(profile::kHostData);
+  // Drawn on the device (a copy from the host per tensor waited for the GPU's other work), the
+  // values of step_data bit for bit.
+  Ctx c = ctx(main);
   for (int m = 0; m < spec.microbatches; ++m) {
-    from_floats(dev, input[m], fresh_values(step, m, 0), runtime::Settle::ByCaller);
-    from_floats(dev, target[m], fresh_values(step, m, 1), runtime::Settle::ByCaller);
+    for (int kind : {0, 1}) {
+      models::math::FillUniformArgs a = step_data_args(spec, step, m, kind);
+      a.dtype = spec.model.dtype == runtime::DType::BF16 ? models::math::kBF16 : models::math::kF32;
+      a.out = (kind == 0 ? input : target)[m].data;
+      c.launch(models::ops::fill_uniform(a));
+    }
   }
-  check(dev.device_synchronize(), "cudaDeviceSynchronize", "the step's data uploaded");
+  check(dev.device_synchronize(), "cudaDeviceSynchronize", "the step's data drawn");
 }
 
 void Trainer::begin_step(int step, device::Stream s) {

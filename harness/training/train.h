@@ -123,7 +123,8 @@ class Trainer {
 
   // Host values of the step's fresh input (kind 0) or target (kind 1) for a microbatch.
   std::vector<float> fresh_values(int step, int microbatch, int kind) const { return step_data(spec, step, microbatch, kind); }
-  // Synchronizes every stream, then uploads the step's inputs and targets into their buffers.
+  // Synchronizes every stream, then draws the step's inputs and targets into their buffers (on the
+  // device: the values of step_data).
   void load_step_data(int step);
   // Resets memory peaks and the ledger (on `s`), zeroes the gradients (on `s`).
   void begin_step(int step, device::Stream s);

@@ -16,6 +16,7 @@
 
 #include "harness/device/device.h"
 #include "harness/runtime/rng_ledger.h"
+#include "models/check.h"
 #include "properties/oracles/oracle.h"
 
 namespace recap::properties {
@@ -26,13 +27,18 @@ using training::RunResult;
 // contraction (nvcc contracts a*b+c, the host compiler for x86-64 does not) differ, a few ulps
 // per operation that compound over layers, microbatches and SGD steps; rtol 1e-4 (~840 ulps of
 // 2^-23) leaves room for that, while a wrong mask or Philox offset changes gradients by O(1) of
-// their size. atol 1e-6 covers elements that cancel to near zero. bf16: one rounding of a
-// stored value differs by up to 2^-7 relative (7 explicit mantissa bits); rtol 2^-6 allows one
-// such flip after compounding, atol 2^-10 the near-zero elements. Neither is calibrated on a GPU
-// yet: the first cuda-vs-sim campaign (docs/DESIGN.md, section 12) decides.
+// their size. atol 1e-6 covers elements that cancel to near zero; the first 520-case cuda-vs-sim
+// campaign on the H200 (results/h200/2026-12-04-issue21-s11) passed all 381 fp32 cases so.
+// bf16 is judged per tensor, in relative L2: every stored value is rounded to 8 significant bits,
+// so one reduction order's rounding flips a value by 2^-8 and the flip propagates; an element that
+// is a sum cancelling to near zero (a bias gradient over a few tokens) then differs by tens of
+// percent of itself. Element by element (rtol 2^-6, atol 2^-10) that campaign failed 32 of its 139
+// bf16 cases, each on such elements. Each backend's bf16 run is within kTolBf16Stack (4e-2
+// relative L2) of fp64 (the reference oracle's bound), so the two are within twice that; a wrong
+// mask or Philox offset moves a tensor by O(1) of its norm.
 DifferentialTolerance differential_tolerance(runtime::DType dtype) {
-  if (dtype == runtime::DType::BF16) return {1.0 / 64, 1.0 / 1024};
-  return {1e-4, 1e-6};
+  if (dtype == runtime::DType::BF16) return {0.0, 1.0 / 1024, 2 * models::check::kTolBf16Stack};
+  return {1e-4, 1e-6, 0.0};
 }
 
 namespace {
@@ -61,20 +67,22 @@ bool same_entry(const training::LedgerEntry& a, const training::LedgerEntry& b) 
          a.offset == b.offset && a.count == b.count && (a.mask.empty() || b.mask.empty() || a.mask == b.mask);
 }
 
-// Per tensor, element by element: |a - b| <= atol + rtol * |b|. Bitwise equal values (NaN, inf
-// included) agree; a non-finite value against another does not.
+// Per tensor, element by element (|a - b| <= atol + rtol * |b|) or in relative L2 (tol.rel_l2).
+// Bitwise equal values (NaN, inf included) agree; a non-finite value against another does not.
 struct TensorCompare {
   DifferentialTolerance tol;
   size_t tensors = 0, elements = 0;
-  double worst_rel = 0;  // over elements with |b| > atol: |a - b| / |b|
+  double worst_rel = 0;  // element by element over |b| > atol: |a - b| / |b|; else the relative L2
   std::string worst_where;
 
-  // "" when within; else "<where>: max abs ..., max rel ..., first at element i (a vs b)".
+  // "" when within; else "<where>: max abs ..., max rel ..., first at element i (a vs b)", or in
+  // relative L2 "<where>: relative L2 ... over n values (max abs ... at element i: a vs b)".
   std::string check(const std::vector<float>& a, const std::vector<float>& b, const std::string& where) {
     if (a.size() != b.size())
       return where + ": " + std::to_string(a.size()) + " elements vs " + std::to_string(b.size());
     ++tensors;
     elements += a.size();
+    if (tol.rel_l2 > 0) return check_l2(a, b, where);
     double max_abs = 0, max_rel = 0;
     long first = -1;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -95,6 +103,39 @@ struct TensorCompare {
     }
     if (max_rel > worst_rel) {
       worst_rel = max_rel;
+      worst_where = where;
+    }
+    return "";
+  }
+
+  std::string check_l2(const std::vector<float>& a, const std::vector<float>& b, const std::string& where) {
+    double diff2 = 0, ref2 = 0, max_abs = 0;
+    long at = -1;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) {
+        ref2 += static_cast<double>(b[i]) * b[i];
+        continue;
+      }
+      double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+      if (!std::isfinite(d)) d = INFINITY;
+      diff2 += d * d;
+      ref2 += static_cast<double>(b[i]) * b[i];
+      if (at < 0 || d > max_abs) {
+        max_abs = d;
+        at = static_cast<long>(i);
+      }
+    }
+    if (at < 0) return "";  // bitwise equal
+    const double diff = std::sqrt(diff2), ref = std::sqrt(ref2);
+    const double rel = ref > 0 ? diff / ref : INFINITY;
+    if (!(diff <= tol.rel_l2 * ref + tol.atol * std::sqrt(static_cast<double>(a.size())))) {
+      std::ostringstream o;
+      o << where << ": relative L2 " << sci(rel) << " over " << a.size() << " values (max abs " << sci(max_abs)
+        << " at element " << at << ": " << std::setprecision(9) << a[at] << " vs " << b[at] << ")";
+      return o.str();
+    }
+    if (std::isfinite(rel) && rel > worst_rel) {
+      worst_rel = rel;
       worst_where = where;
     }
     return "";
@@ -171,8 +212,10 @@ CheckResult compare_backends(const training::CaseSpec& spec, const RunResult& ow
                    "; " + std::to_string(own.steps.size()) + " steps, " + std::to_string(entries) +
                    " ledger entries bitwise equal (dropout masks " +
                    (masks ? std::to_string(masks) + " compared bit for bit" : "compared through their ledger entries: no mask bits sent") +
-                   "); " + std::to_string(t.tensors) + " tensors (" + std::to_string(t.elements) + " values) within rtol " +
-                   sci(t.tol.rtol) + ", atol " + sci(t.tol.atol) + ", worst relative error " + sci(t.worst_rel) +
+                   "); " + std::to_string(t.tensors) + " tensors (" + std::to_string(t.elements) + " values) within " +
+                   (t.tol.rel_l2 > 0 ? "relative L2 " + sci(t.tol.rel_l2) + " (+ atol " + sci(t.tol.atol) + " x sqrt(n))"
+                                     : "rtol " + sci(t.tol.rtol) + ", atol " + sci(t.tol.atol)) +
+                   ", worst relative error " + sci(t.worst_rel) +
                    (t.worst_where.empty() ? "" : " (" + t.worst_where + ")");
   return passed(p, ev);
 }

@@ -176,9 +176,12 @@ CheckResult outside_masks_equal_check(const training::RunResult& r);
 CheckResult grads_match_one_rank_check(const training::RunResult& group, const Run& one);
 
 // The differential's tolerance for losses, gradients and parameters of two backends' runs of one
-// case: a value a of one run against b of the other passes when |a - b| <= atol + rtol * |b|.
+// case. Element by element (rel_l2 == 0): a of one run against b of the other passes when
+// |a - b| <= atol + rtol * |b|. Tensor by tensor (rel_l2 > 0): a tensor passes when
+// ||a - b||_2 <= rel_l2 * ||b||_2 + atol * sqrt(n).
 struct DifferentialTolerance {
   double rtol = 0, atol = 0;
+  double rel_l2 = 0;
 };
 DifferentialTolerance differential_tolerance(runtime::DType dtype);
 // The differential's judge of two runs of `spec` (the case's own on `own_backend`, the other's on

@@ -304,6 +304,8 @@ TEST(ModelParams, NamesShapesAndDeterministicInit) {
   for (float v : runtime::to_floats(*env.dev, pa[0]->value)) EXPECT_NEAR(v, 1.0f, 0.1f);
 }
 
+TEST(ModelParams, DrawnOnTheDeviceEqualTheHostValues) { expect_drawn_values_equal_host(device::Backend::Sim); }
+
 TEST(ModelParams, InitDependsOnNameNotOrder) {
   auto a = init_values(7, "block0.mlp.fc1.weight", 64, Init::Uniform, 16);
   auto b = init_values(7, "block0.mlp.fc1.weight", 64, Init::Uniform, 16);

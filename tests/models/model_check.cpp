@@ -13,6 +13,9 @@
 #include "harness/runtime/philox.h"
 #include "harness/runtime/rng_tracker.h"
 #include "harness/runtime/tensor.h"
+#include "harness/runtime/bf16.h"
+#include "harness/training/train.h"
+#include "models/layers.h"
 #include "models/reference/reference.h"
 
 namespace recap::models::testing {
@@ -173,6 +176,44 @@ void expect_deterministic(device::Backend backend, const LayerCase& c) {
   RunOutput b = run_model(o);
   expect_runs_equal(a, b, "second run");
   expect_draws_equal(a, b, "second run");
+}
+
+void expect_drawn_values_equal_host(device::Backend backend) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    training::CaseSpec cs;
+    cs.model.hidden = 40;  // 40 x 12 values a tensor: not a multiple of a block or of Philox's 4
+    cs.model.tokens = 12;
+    cs.model.dtype = dt;
+    // layers whose parameters' inits are known by name: linear0.{weight,bias} U(+-1/sqrt(40)),
+    // layernorm1.weight 1 + U(+-0.1), layernorm1.bias U(+-0.1), rmsnorm2.weight 1 + U(+-0.1)
+    for (const char* kind : {"linear", "layernorm", "rmsnorm"}) cs.model.layers.push_back({.kind = kind});
+    cs.layers.resize(cs.model.layers.size());
+    cs.microbatches = 2;
+    cs.param_seed = 11;
+    cs.data_seed = 12;
+    std::string err;
+    auto dev = device::make_device(backend == device::Backend::Cuda ? device::BackendChoice::Cuda : device::BackendChoice::Sim,
+                                   {}, &err);
+    ASSERT_TRUE(dev) << err;
+    training::Trainer t(*dev, cs);
+    auto host = [&](std::vector<float> v) {
+      if (dt == DType::BF16)
+        for (float& x : v) x = runtime::round_to_bf16(x);
+      return v;
+    };
+    ASSERT_EQ(t.params.size(), 5u);
+    for (const Param* p : t.params) {
+      const bool norm = p->name.rfind("linear", 0) != 0;
+      const Init init = !norm ? Init::Uniform : p->name.ends_with(".weight") ? Init::NormGamma : Init::NormBeta;
+      const std::vector<float> want = host(init_values(cs.param_seed, p->name, p->value.numel(), init, 40));
+      EXPECT_TRUE(bits_equal(runtime::to_floats(*dev, p->value), want)) << p->name;
+    }
+    t.load_step_data(3);
+    for (int m = 0; m < cs.microbatches; ++m) {
+      EXPECT_TRUE(bits_equal(runtime::to_floats(*dev, t.input[m]), host(training::step_data(cs, 3, m, 0)))) << "input " << m;
+      EXPECT_TRUE(bits_equal(runtime::to_floats(*dev, t.target[m]), host(training::step_data(cs, 3, m, 1)))) << "target " << m;
+    }
+  }
 }
 
 void expect_graph_equals_eager(device::Backend backend, const ModelSpec& spec, int steps) {

@@ -49,6 +49,9 @@ inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }  //
 ModelSpec block_stack(int blocks, DType dtype, float p, int hidden = 32, int tokens = 16, int heads = 4);
 
 // gtest checks shared by the unit (sim) and gpu (cuda) suites.
+// Parameters, inputs and targets drawn on `backend`'s device (ops::fill_uniform) hold the host
+// functions' values bit for bit (init_values, training::step_data; bf16 rounded), fp32 and bf16.
+void expect_drawn_values_equal_host(device::Backend backend);
 // `c` on `backend` against the reference (check::compare_with_reference; each of its draw
 // bookkeeping problems is a failure): within c.tol, finite, gradients and dx not all zero,
 // every dropout draw both keeps and drops something, a lone dropout layer zeroes outputs.

@@ -58,6 +58,12 @@ TEST_P(GpuLayerCaseTest, AgreesWithSim) {
 INSTANTIATE_TEST_SUITE_P(Cuda, GpuLayerCaseTest, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 
+// nvcc would contract base + u * bound into one FMA: the kernel rounds the two apart, as the host does
+TEST(GpuModelParams, DrawnOnTheDeviceEqualTheHostValues) {
+  SKIP_WITHOUT_GPU();
+  expect_drawn_values_equal_host(Backend::Cuda);
+}
+
 TEST(GpuModelGraph, ReplayEqualsEagerBlockStack) {
   SKIP_WITHOUT_GPU();
   expect_graph_equals_eager(Backend::Cuda, block_stack(4, DType::F32, 0.1f), 3);

@@ -150,7 +150,36 @@ TEST(Differential, WithinTolerancePassesAndReportsTheWorst) {
   wide.steps[0].params[0][1] = 2.0f * 1.01f;
   EXPECT_EQ(judge(synthetic(), run_of(wide), bf16).disposition, Disposition::Passed);
   EXPECT_EQ(judge(synthetic(), run_of(wide)).disposition, Disposition::Incorrect);
-  EXPECT_GT(differential_tolerance(runtime::DType::BF16).rtol, t.rtol);
+  EXPECT_GT(differential_tolerance(runtime::DType::BF16).rel_l2, 0.0);
+  EXPECT_EQ(t.rel_l2, 0.0);  // fp32: element by element
+}
+
+// bf16 is judged per tensor in relative L2: an element that cancels to near zero may differ by a
+// large part of itself (a rounding flip upstream), a tensor moved by a wrong mask may not.
+TEST(Differential, Bf16JudgesTensorsInRelativeL2) {
+  training::CaseSpec bf16 = fp32_case();
+  bf16.model.dtype = runtime::DType::BF16;
+  ASSERT_DOUBLE_EQ(differential_tolerance(runtime::DType::BF16).rel_l2, 0.08);
+  // microbatch 1's first gradient at step 0 is {0.25, -0.5, 1.0, 0.0} (norm 1.146): element 0 20%
+  // off is relative L2 0.043 of the tensor, within; element by element it would not be
+  training::RunResult near = synthetic();
+  near.steps[0].microbatches[1].grads[0][0] = 0.3f;
+  const CheckResult c = judge(synthetic(), run_of(near), bf16);
+  ASSERT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_NE(c.evidence.find("within relative L2 8.00e-02 (+ atol 9.77e-04 x sqrt(n)), worst relative error 4.32e-02 "
+                            "(step 0, microbatch 1, grad block0.fc1.weight)"),
+            std::string::npos)
+      << c.evidence;
+  EXPECT_EQ(judge(synthetic(), run_of(near)).disposition, Disposition::Incorrect);  // fp32
+  // element 0 doubled: relative L2 0.204 (of the other run's norm), past the bound
+  training::RunResult far = synthetic();
+  far.steps[0].microbatches[1].grads[0][0] = 0.5f;
+  const CheckResult d = judge(synthetic(), run_of(far), bf16);
+  ASSERT_EQ(d.disposition, Disposition::Incorrect);
+  EXPECT_NE(d.reason.find("sim vs cuda: step 0, microbatch 1, grad block0.fc1.weight: relative L2 2.04e-01 over 4 values "
+                          "(max abs 2.50e-01 at element 0: 0.25 vs 0.5)"),
+            std::string::npos)
+      << d.reason;
 }
 
 TEST(Differential, DispositionAndFailureMustAgree) {

@@ -10,6 +10,8 @@
 #   differential I/N  shard I of N of the 520-case differential against sim (small tensors)
 #   rates          torch and megatron@0.19.2 --no-checkpoint, 16 jobs, 120 s of cases each
 #   checks         recap mutants --backend cuda --fault cuda-dropout-offset; compute-sanitizer, every tool
+#   final          the GPU models tests, the 2,000-case campaign, naive on 200 cases, the 520-case
+#                  differential, torch and megatron@0.19.2 --no-checkpoint rates (RATE_S s each)
 #   verify         the warp-per-row kernels (models/ops.cu): models_gpu_test, the large cases of cases/
 #                  replayed with --profile, the rate at 1 to 16 jobs (VERIFY_JOBS="jobs:chunk ...")
 #   kernels        the large cases of cases/ (session 10's slowest) replayed with --profile, then under
@@ -84,12 +86,35 @@ case ${1:-} in
         > "$o/j$j-c$c.log" 2>&1; echo "exit $?" >> "$o/j$j-c$c.log"
     done
     tail -n 3 "$o/models_gpu_test.log" ;;
+  final)  # issue 21's acceptance runs that fit one call: the GPU models tests, the 2,000-case campaign,
+          # the naive policy, the 520-case differential, then torch and megatron@0.19.2 rates (RATE_S each)
+    T=$PWD/.device/slim/tests/models/models_gpu_test
+    timeout -k 10 100 "$T" > "$o/models_gpu_test.log" 2>&1; echo "exit $?" >> "$o/models_gpu_test.log"
+    timeout -k 30 ${CAMPAIGN_S:-200} "$B" fuzz --backend cuda --policy graph-safe --profile --cases 2000 --seed 1 --jobs 16 \
+      --chunk-cases 5 --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign.json" > "$o/campaign.log" 2>&1
+    echo "exit $?" >> "$o/campaign.log"
+    timeout -k 30 60 "$B" fuzz --backend cuda --policy naive --cases 200 --seed 1 --jobs 16 --chunk-cases 5 \
+      --shrink-limit 40 --corpus-dir "$o/naive-corpus" --report "$o/naive.json" > "$o/naive.log" 2>&1; echo "exit $?" >> "$o/naive.log"
+    timeout -k 30 60 "$B" fuzz --backend cuda --policy graph-safe --differential sim --dims small --cases 520 \
+      --seed 1 --jobs 16 --chunk-cases 5 --shrink-limit 5 --corpus-dir "$o/diff-corpus" \
+      --report "$o/differential.json" > "$o/differential.log" 2>&1; echo "exit $?" >> "$o/differential.log"
+    pip install -q --no-deps --target /tmp/recap-site-0.19.2 .whl/megatron_core-0.19.2-*.whl > /dev/null 2>&1
+    R=${RATE_S:-100}
+    [ "$(left)" -gt $(( R + 40 )) ] && { timeout -k 20 $(( R + 30 )) "$B" fuzz --backend cuda --sut torch --profile --cases 30000 \
+      --seed 1 --jobs 16 --chunk-cases 10 --time-budget $R --shrink-limit 4 --known-findings corpus/known-findings/torch-2.11.json \
+      --worker-env "PYTHONPATH=$PWD/drivers" --corpus-dir "$o/c-torch" --report "$o/torch.json" > "$o/torch.log" 2>&1
+      echo "exit $?" >> "$o/torch.log"; }
+    [ "$(left)" -gt $(( R + 40 )) ] && { timeout -k 20 $(( R + 30 )) "$B" fuzz --backend cuda --sut megatron@0.19.2 --no-checkpoint \
+      --profile --cases 30000 --seed 1 --jobs 16 --chunk-cases 10 --time-budget $R --shrink-limit 4 \
+      --known-findings corpus/known-findings/megatron-0.19.2.json --worker-env "PYTHONPATH=/tmp/recap-site-0.19.2:$PWD/drivers" \
+      --corpus-dir "$o/c-mcore" --report "$o/mcore.json" > "$o/mcore.log" 2>&1; echo "exit $?" >> "$o/mcore.log"; }
+    tail -n 3 "$o/models_gpu_test.log" ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=60 SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh 3 > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
