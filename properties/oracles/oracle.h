@@ -177,8 +177,8 @@ CheckResult grads_match_one_rank_check(const training::RunResult& group, const R
 
 // The differential's tolerance for losses, gradients and parameters of two backends' runs of one
 // case. Element by element (rel_l2 == 0): a of one run against b of the other passes when
-// |a - b| <= atol + rtol * |b|. Tensor by tensor (rel_l2 > 0): a tensor passes when
-// ||a - b||_2 <= rel_l2 * ||b||_2 + atol * sqrt(n).
+// |a - b| <= atol + rtol * |b|. Tensor by tensor (rel_l2 > 0): a tensor of SGD step s passes when
+// ||a - b||_2 <= rel_l2 * (1 + s) * ||b||_2 + atol * sqrt(n).
 struct DifferentialTolerance {
   double rtol = 0, atol = 0;
   double rel_l2 = 0;

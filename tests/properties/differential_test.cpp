@@ -166,7 +166,7 @@ TEST(Differential, Bf16JudgesTensorsInRelativeL2) {
   near.steps[0].microbatches[1].grads[0][0] = 0.3f;
   const CheckResult c = judge(synthetic(), run_of(near), bf16);
   ASSERT_EQ(c.disposition, Disposition::Passed) << c.reason;
-  EXPECT_NE(c.evidence.find("within relative L2 8.00e-02 (+ atol 9.77e-04 x sqrt(n)), worst relative error 4.32e-02 "
+  EXPECT_NE(c.evidence.find("within relative L2 8.00e-02 x (1 + step) (+ atol 9.77e-04 x sqrt(n)), worst relative error 4.32e-02 "
                             "(step 0, microbatch 1, grad block0.fc1.weight)"),
             std::string::npos)
       << c.evidence;
@@ -176,10 +176,16 @@ TEST(Differential, Bf16JudgesTensorsInRelativeL2) {
   far.steps[0].microbatches[1].grads[0][0] = 0.5f;
   const CheckResult d = judge(synthetic(), run_of(far), bf16);
   ASSERT_EQ(d.disposition, Disposition::Incorrect);
-  EXPECT_NE(d.reason.find("sim vs cuda: step 0, microbatch 1, grad block0.fc1.weight: relative L2 2.04e-01 over 4 values "
+  EXPECT_NE(d.reason.find("sim vs cuda: step 0, microbatch 1, grad block0.fc1.weight: relative L2 2.04e-01 (bound 8.00e-02) over 4 values "
                           "(max abs 2.50e-01 at element 0: 0.25 vs 0.5)"),
             std::string::npos)
       << d.reason;
+  // relative L2 0.110: past step 0's bound, within step 1's (each SGD step feeds differences back)
+  training::RunResult at0 = synthetic(), at1 = synthetic();
+  at0.steps[0].microbatches[1].grads[0][0] = 0.38f;
+  at1.steps[1].microbatches[1].grads[0][0] = 0.38f;
+  EXPECT_EQ(judge(synthetic(), run_of(at0), bf16).disposition, Disposition::Incorrect);
+  EXPECT_EQ(judge(synthetic(), run_of(at1), bf16).disposition, Disposition::Passed);
 }
 
 TEST(Differential, DispositionAndFailureMustAgree) {

@@ -1,4 +1,4 @@
-"""Copies many device tensors to the host with one device-to-host copy per dtype.
+"""Copies many tensors between host and device with one copy per dtype (to_host, to_device).
 
 A step's observation is every microbatch's gradients, the parameters, the losses and the masks: a
 few hundred small tensors. Each `.cpu()` is a synchronizing copy, and with several worker processes
@@ -28,5 +28,24 @@ def to_host(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         for i in idx:
             n = tensors[i].numel()
             out[i] = flat[at:at + n].view(tensors[i].shape).clone()
+            at += n
+    return out
+
+
+def to_device(tensors: Sequence[torch.Tensor], device: torch.device) -> List[torch.Tensor]:
+    """`tensors` (host tensors) on `device`, in order, with one host-to-device copy per dtype: views
+    of one flat device buffer per dtype, same shapes and values. A run request's parameters, inputs
+    and targets were copied up one tensor at a time, each copy waiting for this process's turn on a
+    GPU that several workers share (`worker.h2d`, 9% of a torch case on the H200)."""
+    out: List[torch.Tensor] = [torch.empty(0)] * len(tensors)
+    by_dtype: Dict[torch.dtype, List[int]] = {}
+    for i, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(i)
+    for idx in by_dtype.values():
+        flat = torch.cat([tensors[i].detach().reshape(-1) for i in idx]).to(device)
+        at = 0
+        for i in idx:
+            n = tensors[i].numel()
+            out[i] = flat[at:at + n].view(tensors[i].shape)
             at += n
     return out

@@ -3,7 +3,7 @@
 Off (the default) the runner holds None and each instrumented place costs one `is None` test: no
 clock is read and no synchronization is added. On, the reply's timings.profile holds:
 
-  parse_ms              the case and its frames read into tensors
+  parse_ms              the case and its frames read into tensors (and copied to the device, once)
   determinism_check_ms  the determinism check's extra runs of the eager form (an eager case's first
                         run is the case's own: its phases are the case's)
   model_build_ms        the runner made: the model built, its parameters loaded

@@ -14,6 +14,7 @@ import torch
 
 from .. import case as case_mod
 from .cuda_errors import one_line, root_exception
+from .download import to_device
 from .errors import BuildFailure, RequestError
 from .protocol import Frame
 
@@ -93,6 +94,16 @@ class RunData:
     params: Dict[str, torch.Tensor]
     inputs: Dict[Tuple[int, int], torch.Tensor]
     targets: Dict[Tuple[int, int], torch.Tensor]
+
+    def on(self, device: torch.device) -> "RunData":
+        """The same data on `device`, copied up in one transfer (download.to_device); the CPU takes
+        the same path, so the CPU tests run what the GPU runs."""
+        keys_p, keys_i, keys_t = list(self.params), list(self.inputs), list(self.targets)
+        moved = to_device([self.params[k] for k in keys_p] + [self.inputs[k] for k in keys_i] +
+                          [self.targets[k] for k in keys_t], device)
+        np_, ni = len(keys_p), len(keys_i)
+        return RunData(dict(zip(keys_p, moved[:np_])), dict(zip(keys_i, moved[np_:np_ + ni])),
+                       dict(zip(keys_t, moved[np_ + ni:])))
 
 
 def _frame_tensor(f: Frame) -> torch.Tensor:

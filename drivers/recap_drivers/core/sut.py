@@ -254,7 +254,9 @@ class SUT:
             c = case_mod.parse_case(request["case"], extension_styles=case_mod.EXTENSION_STYLES)
         except case_mod.CaseError as e:
             raise RequestError(f"case: {e}") from None
-        data = read_run_data(c, frames)
+        # on the device once per request: its runs (the determinism check's two and the case's own)
+        # copy from there instead of from the host, tensor by tensor
+        data = read_run_data(c, frames).on(self.device)
         mask_frames = bool(request.get("mask_frames", False))
         names = [p.name for p in case_mod.param_infos(c)]
         if prof is not None:

@@ -12,6 +12,7 @@
 #   checks         recap mutants --backend cuda --fault cuda-dropout-offset; compute-sanitizer, every tool
 #   final          the GPU models tests, the 2,000-case campaign, naive on 200 cases, the 520-case
 #                  differential, torch and megatron@0.19.2 --no-checkpoint rates (RATE_S s each)
+#   last           the differential, torch's rate without --profile, then checks
 #   verify         the warp-per-row kernels (models/ops.cu): models_gpu_test, the large cases of cases/
 #                  replayed with --profile, the rate at 1 to 16 jobs (VERIFY_JOBS="jobs:chunk ...")
 #   kernels        the large cases of cases/ (session 10's slowest) replayed with --profile, then under
@@ -109,12 +110,23 @@ case ${1:-} in
       --known-findings corpus/known-findings/megatron-0.19.2.json --worker-env "PYTHONPATH=/tmp/recap-site-0.19.2:$PWD/drivers" \
       --corpus-dir "$o/c-mcore" --report "$o/mcore.json" > "$o/mcore.log" 2>&1; echo "exit $?" >> "$o/mcore.log"; }
     tail -n 3 "$o/models_gpu_test.log" ;;
+  last)  # the differential again (bf16 bound per step), torch's rate without --profile (the driver's
+         # profiling adds synchronizations), then `checks`
+    timeout -k 30 60 "$B" fuzz --backend cuda --policy graph-safe --differential sim --dims small --cases 520 \
+      --seed 1 --jobs 16 --chunk-cases 5 --shrink-limit 5 --corpus-dir "$o/diff-corpus" \
+      --report "$o/differential.json" > "$o/differential.log" 2>&1; echo "exit $?" >> "$o/differential.log"
+    R=${RATE_S:-90}
+    timeout -k 20 $(( R + 40 )) "$B" fuzz --backend cuda --sut torch --cases 30000 --seed 1 --jobs 16 --chunk-cases 10 \
+      --time-budget $R --shrink-limit 4 --known-findings corpus/known-findings/torch-2.11.json \
+      --worker-env "PYTHONPATH=$PWD/drivers" --corpus-dir "$o/c-torch" --report "$o/torch.json" > "$o/torch.log" 2>&1
+    echo "exit $?" >> "$o/torch.log"
+    CALL_S=$(( CALL_S - SECONDS )) bash "$0" checks ;;  # packed by this shell (gpu-out.sh)
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=60 SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh 3 > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
