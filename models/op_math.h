@@ -265,11 +265,20 @@ struct DropoutMaskArgs {
   uint64_t n = 0;
   float p = 0.0f;
   uint64_t* record = nullptr;
+  // Fault point cuda-dropout-offset (ops::dropout_mask sets it): the CUDA body draws this many
+  // values past its offset while recording the offset it was given; sim's body never does, so
+  // only a comparison across backends (property differential) sees it. 0 otherwise.
+  uint64_t gpu_offset_shift = 0;
 };
 
 RECAP_HD inline void dropout_mask_element(const DropoutMaskArgs& a, int64_t w) {
   runtime::PhiloxSeedOffset so = runtime::philox_unpack(a.philox);
-  a.words[w] = runtime::dropout_mask_word(so.seed, so.offset, a.n, a.p, static_cast<uint64_t>(w));
+#ifdef __CUDA_ARCH__
+  const uint64_t drawn = so.offset + a.gpu_offset_shift;
+#else
+  const uint64_t drawn = so.offset;
+#endif
+  a.words[w] = runtime::dropout_mask_word(so.seed, drawn, a.n, a.p, static_cast<uint64_t>(w));
   if (w == 0 && a.record != nullptr) {
     a.record[0] = so.seed;
     a.record[1] = so.offset;

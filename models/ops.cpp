@@ -1,5 +1,7 @@
 #include "models/ops.h"
 
+#include "harness/runtime/faults.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -159,7 +161,9 @@ Kernel fill_uniform(const math::FillUniformArgs& a) {
   return k;
 }
 
-Kernel dropout_mask(const math::DropoutMaskArgs& a) {
+Kernel dropout_mask(const math::DropoutMaskArgs& given) {
+  math::DropoutMaskArgs a = given;
+  if (runtime::fault_on(runtime::Fault::CudaDropoutOffset)) a.gpu_offset_shift = 4;  // one Philox block
   Kernel k;
   k.name = "dropout_mask";
   k.reads = philox_state_reads(a.philox);

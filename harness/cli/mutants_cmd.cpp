@@ -222,6 +222,9 @@ int mutants(const MutantsArgs& a) {
         continue;
       }
       fo.fuzz.oracle.differential = device::BackendChoice::Sim;  // the cuda run against sim's
+      // small tensors, as `fuzz --differential sim --dims small`: sim runs each case again on the CPU
+      // (20 cases of the GPU's sizes took 147 s on the H200)
+      fo.fuzz.gen.backend = device::Backend::Sim;
     }
     if (runtime::fault_kills_process(m.fault)) {
       SystemUnderTest w = make_sut(o.sut, "recap-worker", o.backend);

@@ -46,7 +46,7 @@ enum class Fault : uint8_t {
   RecomputeSavesNothing,   // class 2: graph-safe checkpoints keep every activation while a stream captures
   PoolNoReuse,             // a graph pool never hands a freed block to a later tensor: it grows within a capture
   LayerSegfault,           // a layer's recompute kills the process (SIGSEGV): the crash path
-  CudaDropoutOffset,       // the cuda dropout kernel draws 4 values past its Philox offset (GPU only)
+  CudaDropoutOffset,       // the layers' cuda dropout kernel (models/op_math.h) draws 4 values past its Philox offset (GPU only)
 };
 
 inline constexpr EnumName<Fault> kFaultNames[] = {

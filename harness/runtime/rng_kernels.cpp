@@ -1,7 +1,6 @@
 #include "harness/runtime/rng_kernels.h"
 
 #include "harness/runtime/dropout.h"
-#include "harness/runtime/faults.h"
 #ifdef RECAP_WITH_CUDA
 #include "harness/runtime/runtime_gpu.h"
 #endif
@@ -27,10 +26,7 @@ device::Kernel dropout_mask_kernel(uint32_t* words, PhiloxArgs args, uint64_t n,
     dropout_mask_into(words, so.seed, so.offset, n, p);
   };
 #ifdef RECAP_WITH_CUDA
-  // cuda-dropout-offset: the cuda body draws one Philox counter block (4 values) past its offset;
-  // the host body (sim) never does, so only a comparison across backends sees it
-  const uint64_t shift = fault_on(Fault::CudaDropoutOffset) ? 4 : 0;
-  k.gpu = [=](void* stream) { return gpu::dropout_mask_bits(stream, words, args, n, p, shift); };
+  k.gpu = [=](void* stream) { return gpu::dropout_mask_bits(stream, words, args, n, p); };
 #endif
   return k;
 }

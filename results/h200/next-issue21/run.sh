@@ -124,8 +124,8 @@ case ${1:-} in
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
-    RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=60 SANITIZER_DIMS=small \
-      timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh 3 > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
+    RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-60} SANITIZER_DIMS=small \
+      timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh ${SANITIZER_CASES:-3} > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
   *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last" > "$o/usage.txt"; exit 2 ;;
 esac
