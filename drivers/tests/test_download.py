@@ -55,10 +55,12 @@ class ToDeviceTest(unittest.TestCase):
                     {(0, 0): torch.randn(2, 3, generator=g), (1, 0): torch.randn(2, 3, generator=g)},
                     {(0, 0): torch.randn(2, 3, generator=g), (1, 0): torch.randn(2, 3, generator=g)})
         m = d.on(torch.device("cpu"))
-        for a, b in ((d.params, m.params), (d.inputs, m.inputs), (d.targets, m.targets)):
-            self.assertEqual(list(a), list(b))
-            for k in a:
-                self.assertTrue(torch.equal(a[k], b[k]), k)
+        self.assertEqual((list(d.params), list(d.inputs), list(d.targets)),
+                         (list(m.params), list(m.inputs), list(m.targets)))
+        for n in d.params:
+            self.assertTrue(torch.equal(d.params[n], m.params[n]), n)
+        for k in d.inputs:
+            self.assertTrue(torch.equal(d.inputs[k], m.inputs[k]) and torch.equal(d.targets[k], m.targets[k]), k)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ CampaignResult run_in_process(const CampaignOptions& o) {
       }
     }
   };
+  maybe_abort(o.job, 0);  // RECAP_FAULT_ABORT=JOB:0 (fault.h)
   CampaignResult r = properties::fuzz(fo, cb);
   if (o.progress) clear_progress_line();
   return r;
