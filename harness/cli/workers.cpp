@@ -241,19 +241,20 @@ CampaignResult run_workers(const CampaignOptions& o) {
         // K/CHUNKS is chunk K alone
         const std::vector<int> mine = chunks_claimed_by(claims, w.job);
         const int chunks = (o.fuzz.cases + std::max(1, o.fuzz.chunk_cases) - 1) / std::max(1, o.fuzz.chunk_cases);
-        std::string line = "job " + std::to_string(w.job) + " " + how + " after " + std::to_string(done) +
-                           " of its cases (case " + std::to_string(done + 1) + " of the job crashed";
-        if (!mine.empty())
-          line += ", in chunk " + std::to_string(mine.back()) + "); reproduce: recap fuzz --backend " + o.backend +
+        std::string line = "job " + std::to_string(w.job) + " " + how;
+        if (mine.empty())
+          line += " before it claimed a chunk (no case ran)";
+        else
+          line += " after " + std::to_string(done) + " of its cases (case " + std::to_string(done + 1) +
+                  " of the job crashed, in chunk " + std::to_string(mine.back()) + "); reproduce: recap fuzz --backend " + o.backend +
                   " --seed " + std::to_string(o.fuzz.seed) + " --cases " + std::to_string(o.fuzz.cases) +
                   " --chunk-cases " + std::to_string(o.fuzz.chunk_cases) + (o.policy.empty() ? "" : " --policy " + o.policy) +
                   (o.sut.sut == "recap" ? "" : " --sut " + o.sut.sut) + " --shard " + std::to_string(mine.back()) + "/" +
                   std::to_string(chunks);
-        else
-          line += ", before it claimed a chunk)";
         part.crashes.push_back(line);
-        part.cases = done + 1;
-        part.by_disposition["crashed"] = 1;
+        // a job that died before it claimed a chunk ran no case: its crash is the line alone
+        part.cases = done + (mine.empty() ? 0 : 1);
+        if (!mine.empty()) part.by_disposition["crashed"] = 1;
         if (done > 0) part.by_disposition["unrecorded"] = done;  // ran before the crash; results lost
       }
       parts[wi] = std::move(part);
