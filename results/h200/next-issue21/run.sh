@@ -12,6 +12,7 @@
 #   checks         recap mutants --backend cuda --fault cuda-dropout-offset; compute-sanitizer, every tool
 #   final          the GPU models tests, the 2,000-case campaign, naive on 200 cases, the 520-case
 #                  differential, torch and megatron@0.19.2 --no-checkpoint rates (RATE_S s each)
+#   initcheck      the case initcheck reported (cases/initcheck-bf16-per-layer.json) alone under initcheck
 #   last           the differential, torch's rate without --profile, then checks
 #   verify         the warp-per-row kernels (models/ops.cu): models_gpu_test, the large cases of cases/
 #                  replayed with --profile, the rate at 1 to 16 jobs (VERIFY_JOBS="jobs:chunk ...")
@@ -121,12 +122,20 @@ case ${1:-} in
       --worker-env "PYTHONPATH=$PWD/drivers" --corpus-dir "$o/c-torch" --report "$o/torch.json" > "$o/torch.log" 2>&1
     echo "exit $?" >> "$o/torch.log"
     CALL_S=$(( CALL_S - SECONDS )) bash "$0" checks ;;  # packed by this shell (gpu-out.sh)
+  initcheck)  # the open point: the case that initcheck reported, alone, with named host frames
+               # (carry a recap stripped with `strip --strip-debug` as .device/symbols/recap)
+    S=$PWD/.device/symbols/recap; [ -x "$S" ] || S=$B
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    RECAP_CUDA_BLOCK_CACHE=0 timeout -k 10 $(( $(left) - 20 )) "$cs" --tool initcheck --report-api-errors no --print-limit 20 \
+      --error-exitcode 99 "$S" replay results/h200/next-issue21/cases/initcheck-bf16-per-layer.json --backend cuda \
+      > "$o/initcheck.log" 2>&1; echo "exit $?" >> "$o/initcheck.log"
+    grep -E "ERROR SUMMARY|^exit" "$o/initcheck.log" ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-60} SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh ${SANITIZER_CASES:-3} > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last | initcheck" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
