@@ -14,8 +14,12 @@ def canon(report):
     for failure in summary.get("failures", []):
         failure.pop("corpus_file", None)
         failure.pop("replay_command", None)
-    gpus = report.get("gpus")  # --gpus: per job and device, their times and rates
+    # --gpus: per job and device, their times and rates, and the cases each job and device ran (jobs
+    # claim chunks as they are free: which ran which is the schedule's, not the campaign's)
+    gpus = report.get("gpus")
     if isinstance(gpus, dict):
+        for part in gpus.get("jobs", []) + gpus.get("devices", []):
+            part.pop("cases", None)
         for part in [gpus] + gpus.get("jobs", []) + gpus.get("devices", []):
             part.pop("seconds", None)
             part.pop("cases_per_minute", None)
