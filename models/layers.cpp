@@ -37,8 +37,6 @@ int64_t Saved::bytes() const {
 
 namespace {
 
-int dt_code(DType d) { return d == DType::BF16 ? math::kBF16 : math::kF32; }
-
 // Tensors kept for backward are activations; when the forward keeps nothing (inside a
 // checkpoint's no-grad forward) the same scratch is workspace.
 MemCategory saved_category(const Ctx& ctx) {
@@ -93,7 +91,7 @@ void launch_ew(Ctx& ctx, Ew op, const Tensor& out, const Tensor* a, const Tensor
                const uint32_t* mask = nullptr, float s = 0.0f) {
   math::EwArgs e;
   e.op = op;
-  e.dtype = dt_code(out.dtype);
+  e.dtype = ops::dtype_code(out.dtype);
   e.n = out.numel();
   e.a = a ? a->data : nullptr;
   e.b = b ? b->data : nullptr;
@@ -182,7 +180,7 @@ Param Builder::make_param(const std::string& name, const Shape& shape, Init init
   // the GPU: with 16 campaign processes on one H200, model builds were 23% of a case's time).
   // Model's constructor synchronizes once after every parameter.
   math::FillUniformArgs a = init_args(param_seed, name, p.value.numel(), init, fan_in);
-  a.dtype = dt_code(dtype);
+  a.dtype = ops::dtype_code(dtype);
   a.out = p.value.data;
   ctx.launch(ops::fill_uniform(a));
   device::Status s = ctx.dev.memset(p.grad.data, 0, p.grad.bytes());  // zero in fp32 and bf16 alike
@@ -217,7 +215,7 @@ Tensor Linear::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
   check_2d(x, in_, dtype_, name(), "input");
   const int64_t rows = x.shape[0];
   Tensor y = ctx.alloc_tensor({rows, out_}, dtype_, MemCategory::Activations);
-  const math::GemmArgs g{.dtype = dt_code(dtype_), .trans_b = 1, .M = rows, .N = out_, .K = in_,  // y = x W^T + b
+  const math::GemmArgs g{.dtype = ops::dtype_code(dtype_), .trans_b = 1, .M = rows, .N = out_, .K = in_,  // y = x W^T + b
                          .A = x.data, .lda = in_, .B = weight_.value.data, .ldb = in_, .C = y.data, .ldc = out_,
                          .bias = has_bias_ ? bias_.value.data : nullptr};
   ctx.launch(ops::gemm(g, gemm_, ops::BlasWorkspace{workspace_.data, workspace_.bytes()}));
@@ -233,7 +231,7 @@ Tensor Linear::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
   const int64_t rows = x.shape[0];
   if (dy.shape[0] != rows) throw std::invalid_argument(name() + ": output gradient rows differ from the input's");
   const ops::BlasWorkspace ws{workspace_.data, workspace_.bytes()};
-  const int dt = dt_code(dtype_);
+  const int dt = ops::dtype_code(dtype_);
 
   Tensor dx = ctx.alloc_tensor({rows, in_}, dtype_, MemCategory::Workspace);
   const math::GemmArgs g{.dtype = dt, .M = rows, .N = in_, .K = out_,  // dx = dy W
@@ -281,7 +279,7 @@ Tensor Norm::forward(Ctx& ctx, const Tensor& x, Saved& saved) {
     if (!rms_) mean = ctx.alloc_tensor({rows}, DType::F32, MemCategory::Activations);
     rstd = ctx.alloc_tensor({rows}, DType::F32, MemCategory::Activations);
   }
-  const math::NormArgs a{.dtype = dt_code(dtype_), .rms = rms_ ? 1 : 0, .rows = rows, .cols = width_, .x = x.data,
+  const math::NormArgs a{.dtype = ops::dtype_code(dtype_), .rms = rms_ ? 1 : 0, .rows = rows, .cols = width_, .x = x.data,
                          .gamma = weight_.value.data, .beta = rms_ ? nullptr : bias_.value.data, .y = y.data,
                          .mean = mean.as<float>(), .rstd = rstd.as<float>()};
   ctx.launch(ops::norm_forward(a));
@@ -299,7 +297,7 @@ Tensor Norm::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
   const int64_t rows = x.shape[0];
   if (dy.shape[0] != rows) throw std::invalid_argument(name() + ": output gradient rows differ from the input's");
   Tensor dx = ctx.alloc_tensor(x.shape, dtype_, MemCategory::Workspace);
-  const math::NormArgs a{.dtype = dt_code(dtype_), .rms = rms_ ? 1 : 0, .rows = rows, .cols = width_, .x = x.data,
+  const math::NormArgs a{.dtype = ops::dtype_code(dtype_), .rms = rms_ ? 1 : 0, .rows = rows, .cols = width_, .x = x.data,
                          .gamma = weight_.value.data, .mean = mean.as<float>(), .rstd = rstd.as<float>(),
                          .dy = dy.data, .dx = dx.data, .dgamma = weight_.grad.data,
                          .dbeta = rms_ ? nullptr : bias_.grad.data};
@@ -377,7 +375,7 @@ AttentionCore::AttentionCore(Builder&, const std::string& name, int64_t hidden, 
 namespace {
 math::AttnArgs attn_args(const Tensor& qkv, int64_t hidden, int64_t heads) {
   math::AttnArgs a;
-  a.dtype = dt_code(qkv.dtype);
+  a.dtype = ops::dtype_code(qkv.dtype);
   a.T = qkv.shape[0];
   a.hidden = hidden;
   a.heads = heads;
@@ -527,7 +525,7 @@ Tensor SwiGlu::backward(Ctx& ctx, const Tensor& dy, Saved& saved) {
   Tensor dg = ctx.alloc_tensor(g.shape, g.dtype, MemCategory::Workspace);
   Tensor du = ctx.alloc_tensor(u.shape, u.dtype, MemCategory::Workspace);
   math::SiluGateBackwardArgs a;
-  a.dtype = dt_code(g.dtype);
+  a.dtype = ops::dtype_code(g.dtype);
   a.n = g.numel();
   a.g = g.data;
   a.u = u.data;

@@ -9,11 +9,6 @@
 
 namespace recap::models {
 
-namespace {
-
-int dt_code(DType d) { return d == DType::BF16 ? math::kBF16 : math::kF32; }
-
-}  // namespace
 
 std::string validate(const ModelSpec& spec) {
   if (spec.hidden < 1) return "hidden must be at least 1, got " + std::to_string(spec.hidden);
@@ -95,7 +90,7 @@ Tensor mse_loss(Ctx& ctx, const Tensor& y, const Tensor& target, Tensor* dy) {
   if (y.shape != target.shape || y.dtype != target.dtype) throw std::invalid_argument("mse_loss: y and target differ in shape or dtype");
   Tensor loss = ctx.alloc_tensor({1}, DType::F32, device::MemCategory::Workspace);
   math::MseArgs m;
-  m.dtype = dt_code(y.dtype);
+  m.dtype = ops::dtype_code(y.dtype);
   m.n = y.numel();
   m.y = y.data;
   m.target = target.data;
@@ -121,7 +116,7 @@ namespace {
 void launch_in_place(Ctx& ctx, math::Ew op, const Tensor& out, const void* a, float s) {
   math::EwArgs e;
   e.op = op;
-  e.dtype = dt_code(out.dtype);
+  e.dtype = ops::dtype_code(out.dtype);
   e.n = out.numel();
   e.a = a;
   e.out = out.data;

@@ -1,10 +1,10 @@
 #include "models/ops.h"
 
-#include "harness/runtime/faults.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "harness/runtime/faults.h"
 
 #ifdef RECAP_WITH_CUDA
 #include "models/ops_gpu.h"

@@ -10,9 +10,13 @@
 #include <cstddef>
 
 #include "harness/device/device.h"
+#include "harness/runtime/tensor.h"
 #include "models/op_math.h"
 
 namespace recap::models::ops {
+
+// The op_math.h dtype code (kF32, kBF16) of a tensor's dtype.
+inline int dtype_code(runtime::DType d) { return d == runtime::DType::BF16 ? math::kBF16 : math::kF32; }
 
 // How a GEMM runs on the cuda backend. Linear layers use Cublas; the simple kernel (one thread per
 // output, sequential K loop) is the fallback and what builds without cuBLAS use.

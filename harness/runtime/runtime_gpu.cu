@@ -36,9 +36,8 @@ __global__ void k_philox_draw(uint32_t* out, PhiloxArgs args, size_t n) {
   for (uint64_t i = global_index(); i < n; i += global_stride()) out[i] = philox_value(so.seed, so.offset, i);
 }
 
-__global__ void k_dropout_mask(uint32_t* words, PhiloxArgs args, uint64_t n, float p, uint64_t offset_shift) {
+__global__ void k_dropout_mask(uint32_t* words, PhiloxArgs args, uint64_t n, float p) {
   PhiloxSeedOffset so = philox_unpack(args);
-  so.offset += offset_shift;  // 0 unless fault cuda-dropout-offset is on
   uint64_t count = dropout_mask_words(n);
   for (uint64_t w = global_index(); w < count; w += global_stride())
     words[w] = dropout_mask_word(so.seed, so.offset, n, p, w);
@@ -63,8 +62,8 @@ int philox4x32_10_batch(void* s, const uint32_t* ctr, const uint32_t* key, uint3
 int philox_draw_u32(void* s, uint32_t* out, PhiloxArgs args, size_t n) {
   return launch(k_philox_draw, blocks_for(n), s, out, args, n);
 }
-int dropout_mask_bits(void* s, uint32_t* words, PhiloxArgs args, uint64_t n, float p, uint64_t offset_shift) {
-  return launch(k_dropout_mask, blocks_for(dropout_mask_words(n)), s, words, args, n, p, offset_shift);
+int dropout_mask_bits(void* s, uint32_t* words, PhiloxArgs args, uint64_t n, float p) {
+  return launch(k_dropout_mask, blocks_for(dropout_mask_words(n)), s, words, args, n, p);
 }
 int float_to_bf16_bits(void* s, const float* in, uint16_t* out, size_t n) {
   return launch(k_float_to_bf16, blocks_for(n), s, in, out, n);

@@ -19,9 +19,8 @@ int philox4x32_10_batch(void* stream, const uint32_t* ctr, const uint32_t* key, 
 int philox_draw_u32(void* stream, uint32_t* out, PhiloxArgs args, size_t n);
 
 // The packed dropout mask (dropout.h) of n elements at philox_unpack(args): writes
-// dropout_mask_words(n) words. p in [0, 1]. `offset_shift` (fault cuda-dropout-offset, else 0) is
-// added to the offset the kernel draws from, not to the one its ledger entry records.
-int dropout_mask_bits(void* stream, uint32_t* words, PhiloxArgs args, uint64_t n, float p, uint64_t offset_shift = 0);
+// dropout_mask_words(n) words. p in [0, 1].
+int dropout_mask_bits(void* stream, uint32_t* words, PhiloxArgs args, uint64_t n, float p);
 
 // out[i] = float_to_bf16(in[i]).bits for i < n.
 int float_to_bf16_bits(void* stream, const float* in, uint16_t* out, size_t n);

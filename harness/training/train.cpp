@@ -194,7 +194,7 @@ void Trainer::load_step_data(int step) {
   for (int m = 0; m < spec.microbatches; ++m) {
     for (int kind : {0, 1}) {
       models::math::FillUniformArgs a = step_data_args(spec, step, m, kind);
-      a.dtype = spec.model.dtype == runtime::DType::BF16 ? models::math::kBF16 : models::math::kF32;
+      a.dtype = models::ops::dtype_code(spec.model.dtype);
       a.out = (kind == 0 ? input : target)[m].data;
       c.launch(models::ops::fill_uniform(a));
     }

@@ -9,11 +9,11 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "harness/runtime/bf16.h"
 #include "harness/runtime/dropout.h"
 #include "harness/runtime/philox.h"
 #include "harness/runtime/rng_tracker.h"
 #include "harness/runtime/tensor.h"
-#include "harness/runtime/bf16.h"
 #include "harness/training/train.h"
 #include "models/layers.h"
 #include "models/reference/reference.h"
