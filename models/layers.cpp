@@ -7,6 +7,7 @@
 
 #include "harness/base/hash.h"
 #include "harness/runtime/dropout.h"
+#include "harness/runtime/faults.h"
 #include "harness/runtime/philox.h"
 
 namespace recap::models {
@@ -183,6 +184,7 @@ Param Builder::make_param(const std::string& name, const Shape& shape, Init init
   a.dtype = ops::dtype_code(dtype);
   a.out = p.value.data;
   ctx.launch(ops::fill_uniform(a));
+  if (runtime::fault_on(runtime::Fault::GradBufferEmpty)) return p;  // allocated empty (torch.empty, not zeros)
   device::Status s = ctx.dev.memset(p.grad.data, 0, p.grad.bytes());  // zero in fp32 and bf16 alike
   if (!device::ok(s)) throw runtime::DeviceError("cudaMemset", s, "zeroing " + name + "'s gradient");
   return p;

@@ -103,6 +103,9 @@ const std::vector<Rule>& rules() {
        "checkpointed region run as a plain forward inside the graph keeps its inner activations, not its input and RNG "
        "pair (recompute saving nothing)",
        [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "differ from the memory model"); }},
+      {"-", "a kernel or copy reads device memory nothing wrote since it was allocated (a buffer allocated empty, as "
+            "torch.empty, and read as if zeroed): sim reads zeros there, a GPU whatever the block held",
+       [](const Symptom& s) { return s.is("memory", Disposition::Incorrect) && has(s.check.reason, "read before anything wrote it"); }},
       {"6", "graph phase flags left set after a failed capture",
        [](const Symptom& s) { return s.is("hygiene", Disposition::Incorrect) && has(s.check.reason, "phase flags"); }},
       {"-", "a failed capture left state behind (a stream still capturing, checkpoint records pending, or a next step "

@@ -139,6 +139,7 @@ CaseReport evaluate(const CaseSpec& spec, const OracleOptions& opts) {
   Runs runs(spec, opts, rep, backend, r);
   runs.set_live_after(own.live_after);
   runs.set_hygiene_observed(own.hygiene.has_value());
+  runs.set_init(own.init);
   if (r.failure && r.failure->phase == "capture" && own.hygiene) runs.session_notes["hygiene"] = *own.hygiene;
   rep.memory = case_memory_json(r);
   {

@@ -33,7 +33,7 @@ FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registere
           "tracker-keys-drift", "hidden-param-grad", "grad-aliases-static", "pool-order",
           "output-aliases-input-freed", "warmup-mutates-buffers", "philox-increment-short",
           "graph-pool-leak", "without-output-not-rebound", "recompute-saves-nothing", "pool-no-reuse",
-          "layer-segfault", "cuda-dropout-offset"]
+          "layer-segfault", "cuda-dropout-offset", "grad-buffer-empty"]
 
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",

@@ -213,6 +213,9 @@ struct DeviceOptions {
   uint64_t explore_seed = 0;
   // sim only: report unordered accesses to one buffer from different streams (one a write).
   bool race_check = false;
+  // sim only: report kernels and copies that read device memory no work wrote since it was
+  // allocated (compute-sanitizer initcheck's rule; harness/device/sim/initcheck.h).
+  bool init_check = false;
   // cuda only: freed eager blocks are kept (after the next device-wide synchronization) and handed
   // out again for requests of the same bytes, across the devices of one process, instead of
   // cudaFree and cudaMalloc, which wait for the whole device. Allocations and frees while a

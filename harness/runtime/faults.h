@@ -47,6 +47,7 @@ enum class Fault : uint8_t {
   PoolNoReuse,             // a graph pool never hands a freed block to a later tensor: it grows within a capture
   LayerSegfault,           // a layer's recompute kills the process (SIGSEGV): the crash path
   CudaDropoutOffset,       // the layers' cuda dropout kernel (models/op_math.h) draws 4 values past its Philox offset (GPU only)
+  GradBufferEmpty,         // gradient buffers allocated empty, not zeroed: the first step accumulates into what they held
 };
 
 inline constexpr EnumName<Fault> kFaultNames[] = {
@@ -75,6 +76,7 @@ inline constexpr EnumName<Fault> kFaultNames[] = {
     {Fault::PoolNoReuse, "pool-no-reuse"},
     {Fault::LayerSegfault, "layer-segfault"},
     {Fault::CudaDropoutOffset, "cuda-dropout-offset"},
+    {Fault::GradBufferEmpty, "grad-buffer-empty"},
 };
 // A fault that changes the cuda backend only (its CUDA kernel body; the sim body is untouched): on
 // sim it cannot fire, so recap mutants --backend sim reports it "not exercised", and on cuda only
@@ -86,7 +88,7 @@ inline bool fault_kills_process(const std::string& name) { return name == "layer
 extern bool g_process_killing_faults_allowed;
 // The first of `names` that kills the process, or "".
 std::string process_killing_fault(const std::vector<std::string>& names);
-inline constexpr Fault kLastFault = Fault::CudaDropoutOffset;  // the enum's last value (tests: one table entry each)
+inline constexpr Fault kLastFault = Fault::GradBufferEmpty;  // the enum's last value (tests: one table entry each)
 inline std::string fault_name(Fault f) { return name_of(kFaultNames, f); }
 inline bool fault_from_name(const std::string& s, Fault* out) { return from_name(kFaultNames, s, out); }
 

@@ -28,6 +28,7 @@ SutRun InProcessSut::run(const training::CaseSpec& spec, const RunRequest&) {
     profile::Scope startup(profile::kStartup);  // a fresh device per run: its context and streams
     device::DeviceOptions opts;
     opts.block_cache = device::block_cache_wanted();  // no cudaFree, which waits for the whole GPU
+    opts.init_check = true;  // sim: every read checked against what was written (the memory oracle)
     dev = device::make_device(backend_, opts, &err);
   }
   if (!dev) throw std::runtime_error("cannot create the device: " + err);
@@ -37,6 +38,7 @@ SutRun InProcessSut::run(const training::CaseSpec& spec, const RunRequest&) {
   out.result = std::move(c.result);
   out.hygiene = c.hygiene;
   out.live_after = c.live_after;
+  out.init = std::move(c.init);
   out.device_name = last_device_.device_name;
   out.backend = last_device_.backend;
   profile::Scope teardown(profile::kTeardown);

@@ -398,6 +398,14 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
       const Json& x = obs.header["recap"];
       if (x.contains("live_after")) out.live_after = x["live_after"].get<int64_t>();
       if (x.contains("hygiene")) out.hygiene = x["hygiene"].get<std::string>();
+      if (auto ic = x.find("initcheck"); ic != x.end() && ic->is_object()) {
+        training::InitObservation& o = out.init.emplace();
+        o.launches = ic->value("launches", uint64_t{0});
+        o.bytes = ic->value("bytes", uint64_t{0});
+        if (auto u = ic->find("uninitialized"); u != ic->end() && u->is_array())
+          for (const Json& line : *u)
+            if (line.is_string()) o.uninitialized.push_back(line.get<std::string>());
+      }
       out.backend = x.value("backend", std::string());
     }
     out.device_name = obs.header.value("device", std::string());

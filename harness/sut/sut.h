@@ -28,6 +28,8 @@ struct SutRun {
   // When the capture failed: training::hygiene_after_failed_capture ("" clean); nullopt when the
   // system sends no hygiene observation (frameworks; CONTRACT: hygiene is then skipped).
   std::optional<std::string> hygiene;
+  // What the device's init check saw (recap's runtime on sim); nullopt: not observed.
+  std::optional<training::InitObservation> init;
   std::string device_name, backend;  // what the worker ran it on
   // With profiling on (harness/base/profile.h): the worker's own phases, its reply's
   // timings.profile (drivers/PROTOCOL.md, "profile"); null when it sent none or ran in process.

@@ -634,6 +634,10 @@ int serve(FILE* in, FILE* out, device::BackendChoice backend) {
       obs.header["recap"]["backend"] = run.backend;
       obs.header["recap"]["hygiene"] = run.hygiene.value_or("");
       obs.header["recap"]["live_after"] = run.live_after.value_or(0);
+      if (run.init)
+        obs.header["recap"]["initcheck"] = {{"launches", run.init->launches},
+                                            {"bytes", run.init->bytes},
+                                            {"uninitialized", run.init->uninitialized}};
       encode.reset();
       obs.header["timings"] = {
           {"run_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}};

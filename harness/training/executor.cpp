@@ -371,11 +371,15 @@ class PerLayerGraphs : public Executor {
     c.save_for_backward = false;
     c.microbatch = 0;
     c.step = t_.spec.warmup;
+    // A sample input of the static input's shape, written before it is read (as the sample args a
+    // graph builder is given are real tensors): the static buffers are not filled yet.
+    Tensor sample = t_.alloc.alloc(t_.input[0].shape, t_.input[0].dtype, device::MemCategory::Workspace);
+    check(t_.dev.memset_async(sample.data, 0, sample.bytes(), t_.side), "cudaMemsetAsync", "the builder's sample input");
     for (size_t l = 0; l < graphed_.size(); ++l) {
       if (!graphed_[l]) continue;
       Saved scratch;
       runtime::LayerScope scope(c, t_.layers[l]->name());
-      t_.layers[l]->forward(c, t_.input[0], scratch);
+      t_.layers[l]->forward(c, sample, scratch);
     }
     check(t_.dev.device_synchronize(), "cudaDeviceSynchronize", "after the builder's warmup");
   }

@@ -177,12 +177,22 @@ std::string hygiene_after_failed_capture(Session& session, device::Device& dev);
 // judges nothing (the hygiene oracle skips), since a full device is not a leak of the capture.
 constexpr const char* kHygieneOutOfMemory = "out of device memory after the failed capture: ";
 
+// What the sim's init check saw over a run (device::sim::InitCheckSummary, its reports as lines).
+struct InitObservation {
+  uint64_t launches = 0;  // kernels and copies that read device memory
+  uint64_t bytes = 0;     // the bytes they read
+  std::vector<std::string> uninitialized;  // one line per reader and allocation (UninitReport::describe)
+};
+
 // One case as recap judges it, in any process: a session on `dev`, hygiene checked on it right
-// after a failed capture, and the bytes the run left on the device once the session is gone.
+// after a failed capture, the bytes the run left on the device once the session is gone, and what
+// the device's init check saw (nullopt on a device without one: cuda, where compute-sanitizer
+// initcheck checks the same rule on the GPU).
 struct CheckedRun {
   RunResult result;
   std::string hygiene;     // "" unless the capture failed and hygiene found a problem
   int64_t live_after = 0;
+  std::optional<InitObservation> init;
 };
 CheckedRun run_case_checked(device::Device& dev, const CaseSpec& spec);
 

@@ -8,6 +8,7 @@
 
 #include "harness/base/hash.h"
 #include "harness/base/profile.h"
+#include "harness/device/sim/sim_device.h"
 #include "harness/runtime/phase.h"
 
 namespace recap::training {
@@ -207,6 +208,12 @@ CheckedRun run_case_checked(device::Device& dev, const CaseSpec& spec) {
   profile::Scope teardown(profile::kTeardown);
   session.reset();
   out.live_after = dev.memory_stats().live_bytes;
+  if (std::optional<device::sim::InitCheckSummary> s = device::sim::init_check_summary(dev)) {
+    InitObservation& o = out.init.emplace();
+    o.launches = s->launches;
+    o.bytes = s->bytes;
+    for (const device::sim::UninitReport& r : s->uninitialized) o.uninitialized.push_back(r.describe());
+  }
   return out;
 }
 

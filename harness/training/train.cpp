@@ -211,7 +211,9 @@ void Trainer::begin_step(int step, device::Stream s) {
   check(ledger.begin_step(step, s), "cudaMemsetAsync", "RNG ledger begin_step");
   Ctx c = ctx(s);
   c.step = step;
-  if (!(fault_on(Fault::GradAccumNotZeroed) && step > 0)) models::zero_grads(c, params);
+  // grad-buffer-empty: the first step accumulates into the buffers as allocated (torch.empty)
+  const bool skip = (fault_on(Fault::GradAccumNotZeroed) && step > 0) || (fault_on(Fault::GradBufferEmpty) && step == 0);
+  if (!skip) models::zero_grads(c, params);
 }
 
 void Trainer::copy_grads(Ctx& c, int mb) {

@@ -7,7 +7,7 @@
 //               without a graph-safe policy is judged against the no-checkpoint twin instead.
 //   graph-safe  on recap's runtime the peak equals the memory model's (below); on another system
 //   and naive   it stays under a bound predicted from the case; what it saves is reported.
-// Two more demands, on what a run observed rather than on a twin:
+// More demands, on what a run observed rather than on a twin:
 //   graph pools   the bytes graph pools hold after each replay step, and the bytes tensors hold
 //                 in them, never grow after the first replay of the same graphs (every system under
 //                 test that reports them): a pool that grows leaks (bug class 27).
@@ -21,6 +21,10 @@
 //                 prediction (memory_model.h: storage lifetimes through best-fit, never-split
 //                 pools), for the case and its no-checkpoint twin: a pool that does not reuse what
 //                 was freed, or a tensor freed late, is caught where every other figure agrees.
+//   initialized   on recap's runtime on sim, every byte a kernel or copy reads was written since it
+//                 was allocated (harness/device/sim/initcheck.h, compute-sanitizer initcheck's rule:
+//                 sim hands out zeroed memory, so a read of fresh memory gives the same bits on
+//                 every sim run and garbage on a GPU). On cuda, compute-sanitizer checks it.
 // A check that judged none of these (frameworks report no bytes live after teardown) is skipped.
 // The case's memory figures (case_memory_json) go into every report, judged or not.
 #include <algorithm>
@@ -152,6 +156,16 @@ CheckResult judge(Runs& runs) {
   const std::optional<int64_t> live = runs.live_after();
   if (live && *live != 0) problems.push_back(std::to_string(*live) + " bytes still live on the device after teardown");
   if (live && *live == 0) evidence.push_back("0 bytes live after teardown");
+  if (const std::optional<training::InitObservation>& init = runs.init(); init && init->launches > 0) {
+    if (!init->uninitialized.empty())
+      problems.push_back("device memory read before anything wrote it: " + init->uninitialized[0] +
+                         (init->uninitialized.size() > 1
+                              ? " (and " + std::to_string(init->uninitialized.size() - 1) + " more)"
+                              : std::string()));
+    else
+      evidence.push_back(std::to_string(init->launches) + " launches read " + std::to_string(init->bytes) +
+                         " B of device memory, every byte written since it was allocated");
+  }
   std::string not_judged;  // why the in-graph figures were not judged although the case has them
   if (r.captured) {
     std::string pools;
@@ -332,7 +346,7 @@ Json case_memory_json(const RunResult& r) {
 Oracle memory_oracle() {
   return {"memory",
           "recompute saves activation memory inside graphs, as the memory model predicts; graph pools do not grow across "
-          "replays; nothing live after teardown",
+          "replays; nothing live after teardown; nothing read before it was written (sim)",
           judge};
 }
 

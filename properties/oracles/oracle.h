@@ -36,6 +36,8 @@ struct Run {
   // After a failed capture: training::hygiene_after_failed_capture ("" clean); nullopt when the
   // system under test does not observe hygiene (a framework driver sends none).
   std::optional<std::string> hygiene;
+  // What the device's init check saw (recap's runtime on sim); nullopt: not observed.
+  std::optional<training::InitObservation> init;
   std::string device_name, backend;  // what it ran on ("sim", "NVIDIA H200"; "sim", "cuda")
   // With OracleOptions::profile: the run's phases (harness/base/profile.h) as JSON, "total_ms" its
   // whole time, "other_ms" what no phase holds, "worker" a worker's own (its reply's timings.profile).
@@ -79,6 +81,9 @@ class Runs {
   // Whether the system under test reports hygiene after a failed capture (Run::hygiene).
   bool hygiene_observed() const { return hygiene_observed_; }
   void set_hygiene_observed(bool b) { hygiene_observed_ = b; }
+  // What the case's own device saw of reads of uninitialized memory; nullopt: not observed.
+  const std::optional<training::InitObservation>& init() const { return init_; }
+  void set_init(std::optional<training::InitObservation> o) { init_ = std::move(o); }
 
   const Run& eager_twin();
   const Run& no_checkpoint_twin();
@@ -101,6 +106,7 @@ class Runs {
   const training::RunResult& main_;
   std::optional<int64_t> live_after_;
   bool hygiene_observed_ = true;
+  std::optional<training::InitObservation> init_;
   std::optional<Run> eager_, plain_, graph_safe_, one_rank_;
 };
 

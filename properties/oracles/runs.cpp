@@ -147,6 +147,7 @@ Run run_on_fresh_device(const CaseSpec& spec, const OracleOptions& opts) {
     r.result = std::move(s.result);
     r.live_after = s.live_after;
     r.hygiene = s.hygiene;
+    r.init = std::move(s.init);
     r.device_name = s.device_name;
     r.backend = s.backend;
     worker_profile = std::move(s.worker_profile);

@@ -1335,10 +1335,11 @@ without-output-not-rebound 19
 recompute-saves-nothing 2
 pool-no-reuse graph pools reserve other bytes than the memory model predicts
 grad-accum-not-zeroed gradients not zeroed
+grad-buffer-empty nothing wrote since it was allocated
 layer-segfault died of a signal
 ROWS
   [ "$bad" -eq 0 ] || fail "a reproducer is not diagnosed as its class"
-  [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 24 ] || fail "a fault without a row here"
+  [ "$(ls "$src"/corpus/mutants/*.json | wc -l)" -eq 25 ] || fail "a fault without a row here"
   ;;
 fuzz_differential_sim)
   # Property differential, sim against sim (a self-check: the only pair the CPU runs). 50 cases of

@@ -191,5 +191,31 @@ TEST(Faults, Issue23FaultsMoveOnlyTheirObservations) {
   EXPECT_EQ(testing::first_difference(rebound, stale), "");
 }
 
+// grad-buffer-empty: the gradient buffers are never zeroed before step 0. sim hands out zeroed
+// memory, so the run is bit for bit the clean one; only the device's init check (the memory
+// oracle's "initialized" demand) sees the first accumulation read memory nothing wrote.
+TEST(Faults, GradBufferEmptyIsSeenOnlyByTheInitCheck) {
+  CaseSpec s = testing::acceptance_spec(ExecutorKind::PerLayer);
+  auto run = [&](const char* fault) {
+    device::DeviceOptions o;
+    o.init_check = true;
+    std::string err;
+    auto dev = device::make_device(device::BackendChoice::Sim, o, &err);
+    EXPECT_TRUE(dev) << err;
+    CaseSpec c = s;
+    if (fault != nullptr) c.faults = {fault};
+    return run_case_checked(*dev, c);
+  };
+  const CheckedRun clean = run(nullptr), empty = run("grad-buffer-empty");
+  ASSERT_TRUE(clean.result.ok());
+  ASSERT_TRUE(empty.result.ok());
+  EXPECT_EQ(testing::first_difference(clean.result, empty.result), "");
+  ASSERT_TRUE(clean.init && empty.init);
+  EXPECT_GT(clean.init->launches, 0u);
+  EXPECT_TRUE(clean.init->uninitialized.empty()) << clean.init->uninitialized.front();
+  ASSERT_FALSE(empty.init->uninitialized.empty());
+  EXPECT_NE(empty.init->uninitialized[0].find("(gradients)"), std::string::npos) << empty.init->uninitialized[0];
+}
+
 }  // namespace
 }  // namespace recap::training

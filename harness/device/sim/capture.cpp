@@ -86,6 +86,7 @@ void SimDevice::terminate(uint64_t capture_id, bool graph_made) {
   }
   if (!graph_made) {  // no graph: the addresses its alloc nodes handed out are not kept
     for (void* p : c.allocs) {
+      if (init_) init_->released(p, graph_allocs_.at(p).bytes);
       graph_allocs_.erase(p);
       arena_.release(p);
     }
@@ -305,6 +306,7 @@ Status SimDevice::capture_malloc_async(CaptureState& c, StreamState& s, void** o
   void* p = arena_.allocate(bytes);
   if (p == nullptr) return Status::MemoryAllocation;
   graph_allocs_[p] = GraphAllocation{bytes};
+  if (init_) init_->allocated(p, bytes, "a " + std::to_string(bytes) + "-byte graph allocation (cudaMallocAsync in capture)");
   c.allocs.push_back(p);
   Op op;
   op.kind = OpKind::MemAlloc;

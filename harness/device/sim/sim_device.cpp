@@ -42,6 +42,7 @@ Op set_op(void* p, int value, size_t bytes) {
 
 SimDevice::SimDevice(const DeviceOptions& opts) : opts_(opts), sched_(opts.explore_seed) {
   if (opts.race_check) race_ = std::make_unique<RaceChecker>();
+  if (opts.init_check) init_ = std::make_unique<InitChecker>();
   StreamState legacy;
   legacy.id = Stream::kLegacy;
   legacy.legacy = true;
@@ -58,6 +59,12 @@ std::vector<RaceReport> SimDevice::races() const {
   if (inside_work()) return {};
   std::lock_guard<std::mutex> lock(mu_);
   return race_ ? race_->reports() : std::vector<RaceReport>{};
+}
+
+std::optional<InitCheckSummary> SimDevice::init_check_summary() const {
+  if (inside_work() || !init_) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  return init_->summary();
 }
 
 // ---- plumbing -------------------------------------------------------------------------------
@@ -165,6 +172,12 @@ WorkRef SimDevice::issue(const std::vector<WorkRef>& deps, uint32_t lane, const 
     if (!op.reads.empty() || !op.writes.empty())
       race_->on_access(*ref.clock, lane, AccessSite{what(op), where, ref.id}, op.reads, op.writes);
   }
+  if (body && init_ && (op.kind == OpKind::Kernel || op.kind == OpKind::Memcpy || op.kind == OpKind::Memset)) {
+    body = [this, run = std::move(body), name = what(op), where, reads = op.reads, writes = op.writes] {
+      init_->on_run(name, where, reads, writes);
+      run();
+    };
+  }
   if (body) {
     body = [this, run = std::move(body)] {
       profile::Scope prof(profile::kSimWork);  // sim runs the device's work on the host thread that waits
@@ -223,6 +236,7 @@ bool SimDevice::fits(size_t bytes) const {
 
 void SimDevice::run_free(void* p, size_t bytes, bool stream_ordered) {
   if (ledger_.on_free(p) >= 0 && stream_ordered) pool_live_ -= static_cast<int64_t>(bytes);
+  if (init_) init_->released(p, bytes);
   arena_.release(p);
 }
 
@@ -234,6 +248,7 @@ void SimDevice::run_graph_alloc(void* p) {
   // otherwise), which frees it first and re-allocates it at the same address.
   if (ledger_.on_free(p) >= 0) graph_live_ -= bytes;
   ledger_.on_alloc(p, bytes, MemCategory::GraphPool);
+  if (init_) init_->undefined(p, it->second.bytes);  // an alloc node's bytes are undefined at every launch
   graph_live_ += bytes;
   graph_peak_ = std::max(graph_peak_, graph_live_);
 }
@@ -251,6 +266,7 @@ void SimDevice::maybe_release_graph_allocation(const void* p) {
   auto it = graph_allocs_.find(p);
   if (it == graph_allocs_.end()) return;
   if (it->second.holders > 0 || it->second.issued_live || ledger_.is_live(p)) return;
+  if (init_) init_->released(p, it->second.bytes);
   arena_.release(const_cast<void*>(p));
   graph_allocs_.erase(it);
 }
@@ -409,6 +425,10 @@ Status SimDevice::allocate_device_block(void** out, size_t bytes, AllocKind kind
   if (p == nullptr) return Status::MemoryAllocation;
   allocations_[p] = Allocation{bytes, kind};
   ledger_.on_alloc(p, static_cast<int64_t>(bytes), cat);
+  if (init_)
+    init_->allocated(p, bytes, "a " + std::to_string(bytes) + "-byte " +
+                                   (kind == AllocKind::StreamOrdered ? "cudaMallocAsync" : "cudaMalloc") + " block (" +
+                                   category_name(cat) + ")");
   *out = p;
   return Status::Success;
 }
@@ -688,6 +708,11 @@ std::unique_ptr<Device> make_sim_device(const DeviceOptions& opts) { return std:
 std::vector<RaceReport> races(Device& dev) {
   auto* sim = dynamic_cast<SimDevice*>(&dev);
   return sim ? sim->races() : std::vector<RaceReport>{};
+}
+
+std::optional<InitCheckSummary> init_check_summary(Device& dev) {
+  auto* sim = dynamic_cast<SimDevice*>(&dev);
+  return sim ? sim->init_check_summary() : std::nullopt;
 }
 
 }  // namespace recap::device::sim

@@ -3,7 +3,9 @@
 // is right and this model is fixed.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,17 @@ struct RaceReport {
   std::string describe() const;  // one line naming both launches
 };
 
+// Reads of uninitialized device memory found by the init check (initcheck.h), one per reader (a
+// kernel or copy on one stream or graph) and allocation, with the bytes and launches it covers.
+struct UninitReport {
+  std::string reader;      // e.g. "kernel add_into on stream 2"
+  std::string allocation;  // e.g. "a 800-byte cudaMalloc block (gradients)"
+  size_t offset = 0;       // of the first uninitialized byte read, in the allocation
+  size_t bytes = 0;        // uninitialized bytes read, over every launch
+  uint64_t reads = 0;      // launches that read some
+  std::string describe() const;
+};
+
 class SimDevice;  // defined in sim_impl.h
 
 // Makes a sim device. See DeviceOptions for exploration and the race check.
@@ -37,5 +50,14 @@ std::unique_ptr<Device> make_sim_device(const DeviceOptions& opts);
 
 // The races found so far by a sim device made with race_check on (empty for other devices).
 std::vector<RaceReport> races(Device& dev);
+
+// What the init check of a sim device made with init_check on has seen so far; nullopt for any other
+// device (nothing observed).
+struct InitCheckSummary {
+  uint64_t launches = 0;  // kernels and copies that ran and read device memory the device owns
+  uint64_t bytes = 0;     // the bytes of it they read, over every launch
+  std::vector<UninitReport> uninitialized;
+};
+std::optional<InitCheckSummary> init_check_summary(Device& dev);
 
 }  // namespace recap::device::sim

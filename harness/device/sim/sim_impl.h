@@ -22,6 +22,7 @@
 #include "harness/device/accounting.h"
 #include "harness/device/device.h"
 #include "harness/device/sim/explore.h"
+#include "harness/device/sim/initcheck.h"
 #include "harness/device/sim/sim_device.h"
 
 namespace recap::device::sim {
@@ -112,6 +113,7 @@ class SimDevice final : public Device {
   void reset_peak_memory() override;
 
   std::vector<RaceReport> races() const;
+  std::optional<InitCheckSummary> init_check_summary() const;
 
   // The modelled device: 141 GiB (an H200), or RECAP_SIM_MEMORY_BYTES (read once; tests of what
   // running out of device memory does).
@@ -248,6 +250,7 @@ class SimDevice final : public Device {
   Scheduler sched_;
   std::unique_ptr<RaceChecker> race_;  // null unless opts_.race_check
   VectorClock host_clock_;             // race check: the work the host has seen complete
+  std::unique_ptr<InitChecker> init_;  // null unless opts_.init_check
   HostArena arena_;
   MemoryLedger ledger_;
 

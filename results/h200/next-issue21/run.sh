@@ -12,7 +12,8 @@
 #   checks         recap mutants --backend cuda --fault cuda-dropout-offset; compute-sanitizer, every tool
 #   final          the GPU models tests, the 2,000-case campaign, naive on 200 cases, the 520-case
 #                  differential, torch and megatron@0.19.2 --no-checkpoint rates (RATE_S s each)
-#   initcheck      the case initcheck reported (cases/initcheck-bf16-per-layer.json) alone under initcheck
+#   initcheck      the case initcheck reported (cases/initcheck-bf16-per-layer.json) alone under initcheck,
+#                  three ways: as before, --check-bulk-copy yes, RECAP_GEMM=simple
 #   last           the differential, torch's rate without --profile, then checks
 #   verify         the warp-per-row kernels (models/ops.cu): models_gpu_test, the large cases of cases/
 #                  replayed with --profile, the rate at 1 to 16 jobs (VERIFY_JOBS="jobs:chunk ...")
@@ -122,14 +123,26 @@ case ${1:-} in
       --worker-env "PYTHONPATH=$PWD/drivers" --corpus-dir "$o/c-torch" --report "$o/torch.json" > "$o/torch.log" 2>&1
     echo "exit $?" >> "$o/torch.log"
     CALL_S=$(( CALL_S - SECONDS )) bash "$0" checks ;;  # packed by this shell (gpu-out.sh)
-  initcheck)  # the open point: the case that initcheck reported, alone, with named host frames
-               # (carry a recap stripped with `strip --strip-debug` as .device/symbols/recap)
+  initcheck)  # the open point: the case initcheck reported, alone, three ways, with named host frames
+               # (carry a recap stripped with `strip --strip-debug` as .device/symbols/recap):
+               #   default     as call 7 of session 11 ran it
+               #   bulk-copy   --check-bulk-copy yes: initcheck follows TMA bulk copies (cuBLAS's Hopper
+               #               kernels may store C with them; without it their writes are not seen)
+               #   simple      RECAP_GEMM=simple: recap's own GEMM kernel instead of cuBLAS
+               # reads only in default: initcheck's blind spot for TMA stores; in default and simple:
+               # recap's own kernels; in default and bulk-copy but not simple: cuBLAS's writes
     S=$PWD/.device/symbols/recap; [ -x "$S" ] || S=$B
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    RECAP_CUDA_BLOCK_CACHE=0 timeout -k 10 $(( $(left) - 20 )) "$cs" --tool initcheck --report-api-errors no --print-limit 20 \
-      --error-exitcode 99 "$S" replay results/h200/next-issue21/cases/initcheck-bf16-per-layer.json --backend cuda \
-      > "$o/initcheck.log" 2>&1; echo "exit $?" >> "$o/initcheck.log"
-    grep -E "ERROR SUMMARY|^exit" "$o/initcheck.log" ;;
+    each=$(( ($(left) - 30) / 3 ))
+    for v in default bulk-copy simple; do
+      extra=(); envs=(RECAP_CUDA_BLOCK_CACHE=0)
+      [ $v = bulk-copy ] && extra=(--check-bulk-copy yes)
+      [ $v = simple ] && envs+=(RECAP_GEMM=simple)
+      env "${envs[@]}" timeout -k 10 $each "$cs" --tool initcheck --report-api-errors no --print-limit 20 "${extra[@]}" \
+        --error-exitcode 99 "$S" replay results/h200/next-issue21/cases/initcheck-bf16-per-layer.json --backend cuda \
+        > "$o/initcheck-$v.log" 2>&1; echo "exit $?" >> "$o/initcheck-$v.log"
+      echo "== $v: $(grep -E "ERROR SUMMARY|^exit" "$o/initcheck-$v.log" | tr '\n' ' ')"
+    done ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
