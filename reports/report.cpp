@@ -28,7 +28,8 @@ Json context_to_json(const RunContext& c) {
   if (!c.sut_name.empty()) j["sut"] = {{"name", c.sut_name}, {"version", c.sut_version}, {"device", c.sut_device}};
   if (!c.flags.is_null()) j["flags"] = c.flags;
   if (!c.merged_from.empty()) j["merged_from"] = c.merged_from;
-  if (!c.gpus.empty()) j["gpus"] = c.gpus;  // --gpus: the ordinals asked for (the report's "gpus": what ran where)
+  if (!c.gpus.empty()) j["gpus"] = c.gpus;
+  if (!c.jobs_auto.empty()) j["jobs_auto"] = c.jobs_auto;  // --gpus: the ordinals asked for (the report's "gpus": what ran where)
   return j;
 }
 

@@ -29,6 +29,7 @@ struct RunContext {
   int cases_requested = 0;
   int chunk_cases = 0;  // fuzz: cases per chunk (0: not a fuzz campaign, not written)
   int jobs = 1;
+  std::string jobs_auto;    // --jobs auto: how `jobs` was chosen ("16 (16 CPU cores; ...)"); "" otherwise
   std::string shard;        // "i/n"
   int shard_count = 1;      // n
   bool isolate = false;     // workers even with one job

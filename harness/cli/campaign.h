@@ -35,6 +35,7 @@ struct CampaignOptions {
   std::string backend = "sim";
   std::string policy;        // "" drawn
   int jobs = 1;
+  std::string jobs_auto;  // --jobs auto: how jobs was chosen (the report context's jobs_auto)
   bool isolate = false;      // worker processes even with one job
   bool progress = false;     // the \r progress line on stderr
   std::string worker_out;    // this process is a worker: write the result here
@@ -140,6 +141,7 @@ struct FuzzFlags {
   std::string seed;  // "" random (fuzz) / fixed (gate)
   std::string policy;
   int jobs = 1;
+  bool jobs_auto = false;  // --jobs auto: chosen from the CPU cores and GPU memory (gpus.h, auto_jobs)
   bool isolate = false;
   std::string shard;
   std::string report, corpus_dir = "corpus/found", junit, worker_out;

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <thread>
 
+#include <sched.h>
 #include <sys/wait.h>
 
 #include "harness/cli/campaign.h"
@@ -73,6 +75,40 @@ reports::JobDevice observed_device(const sut::SutInfo& info) {
   return d;
 }
 
+// --jobs auto in the parent: the CPU cores this process may run on and, when the system under test
+// runs on GPUs (recap's runtime on cuda; a framework whose hello names a GPU), the free memory of
+// the GPUs its jobs use (--gpus, else the first this process sees) at an estimate per worker.
+int resolve_auto_jobs(const CampaignOptions& o, const SystemUnderTest& s, std::string* why) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores =
+      sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(std::thread::hardware_concurrency());
+  const bool recap_runtime = s.kind == "recap" || s.kind == "recap-worker";
+  const bool on_gpu = recap_runtime ? o.backend == "cuda" : !s.info.device.empty() && s.info.device != "cpu";
+  const long long per_job = recap_runtime ? 2048 : s.kind == "megatron" ? 8192 : 4096;  // MiB, estimates
+  std::vector<long long> free;
+  std::string note;
+  if (on_gpu) {
+    std::string text;
+    bool ran = false;
+    if (FILE* p = popen("nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null", "r")) {
+      char buf[256];
+      while (std::fgets(buf, sizeof buf, p)) text += buf;
+      const int st = pclose(p);
+      ran = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    const std::vector<long long> physical = ran ? parse_free_mib(text) : std::vector<long long>{};
+    const std::vector<int> used = o.gpus.empty() ? std::vector<int>{0} : o.gpus;
+    if (physical.empty()) note = "; GPU memory unknown (nvidia-smi gave no free memory): cores alone";
+    else if (std::string e = free_mib_of(used, std::getenv("CUDA_VISIBLE_DEVICES"), physical, &free); !e.empty())
+      note = "; GPU memory unknown (" + e + "): cores alone";
+  }
+  const int jobs = auto_jobs(cores, free, per_job, why);
+  *why += note;
+  std::fprintf(stderr, "recap: --jobs auto: %s\n", why->c_str());
+  return jobs;
+}
+
 }  // namespace
 
 void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
@@ -98,8 +134,21 @@ void add_fuzz_flags(CLI::App* cmd, FuzzFlags* f) {
           "UINT"));
   cmd->add_option("--policy", f->policy, "Checkpoint policy of every case: naive, skip or graph-safe (drawn when absent)")
       ->check(CLI::IsMember({"naive", "skip", "graph-safe"}));
-  cmd->add_option("--jobs", f->jobs, "Worker processes on this machine (each takes the next unclaimed chunk of cases when it is free; a crash costs one worker and its chunk)")
-      ->check(CLI::Range(1, 256));
+  cmd->add_option_function<std::string>(
+         "--jobs",
+         [f](const std::string& v) {
+           f->jobs_auto = v == "auto";
+           if (!f->jobs_auto) f->jobs = std::stoi(v);
+         },
+         "Worker processes on this machine (each takes the next unclaimed chunk of cases when it is free; a crash "
+         "costs one worker and its chunk): 1-256, or auto: one per CPU core this process may use, and on GPUs no "
+         "more than their free memory holds (nvidia-smi) at an estimate per worker (recap's runtime 2 GiB, torch "
+         "4 GiB, megatron 8 GiB); the choice and why are printed and kept in the report")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto") return "";
+        bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+        return digits && std::stoi(v) >= 1 && std::stoi(v) <= 256 ? "" : "must be 1-256 or auto, got '" + v + "'";
+      });
   cmd->add_flag("--isolate", f->isolate, "Run in a worker process even with one job (crash isolation)");
   cmd->add_option("--shard", f->shard,
                   "Run shard i of n (i/n, 0-based); GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS when absent");
@@ -239,9 +288,10 @@ CampaignOptions campaign_options(const FuzzFlags& f, bool* seed_random, std::str
     for (auto p : s.caps.all.policy) runs += (runs.empty() ? "" : ", ") + training::policy_name(p);
     throw UsageError("--policy " + f.policy + ": --sut " + f.sut.sut + " does not run it (its policies: " + runs + ")");
   }
-  if (!(f.worker_out.empty() && (f.jobs > 1 || f.isolate || !o.gpus.empty()))) o.fuzz.oracle.sut = s.sut;
-  if (o.job_gpu >= 0) o.observed = observed_device(s.info);
   o.jobs = f.jobs;
+  if (f.jobs_auto) o.jobs = f.worker_out.empty() ? resolve_auto_jobs(o, s, &o.jobs_auto) : 1;  // a worker is one job
+  if (!(f.worker_out.empty() && (o.jobs > 1 || f.isolate || !o.gpus.empty()))) o.fuzz.oracle.sut = s.sut;
+  if (o.job_gpu >= 0) o.observed = observed_device(s.info);
   o.isolate = f.isolate;
   o.worker_out = f.worker_out;
   o.job = f.worker_out.empty() ? 0 : f.job;
@@ -264,6 +314,7 @@ reports::RunContext run_context(const char* command, const CampaignOptions& o, c
   c.cases_requested = o.fuzz.cases;
   c.chunk_cases = o.fuzz.chunk_cases;
   c.jobs = o.jobs;
+  c.jobs_auto = o.jobs_auto;
   c.shard = std::to_string(o.fuzz.shard_index) + "/" + std::to_string(o.fuzz.shard_count);
   c.shard_count = o.fuzz.shard_count;
   c.isolate = o.isolate;

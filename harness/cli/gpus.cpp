@@ -1,5 +1,6 @@
 #include "harness/cli/gpus.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -70,6 +71,67 @@ int count_nvidia_smi_lines(const std::string& output) {
   while (std::getline(in, line))
     if (line.rfind("GPU ", 0) == 0) ++n;
   return n;
+}
+
+}  // namespace recap::cli
+
+namespace recap::cli {
+
+int auto_jobs(int cores, const std::vector<long long>& free_mib, long long per_job_mib, std::string* why) {
+  constexpr int kMaxJobs = 256;
+  const int by_cores = std::max(1, cores);
+  std::ostringstream os;
+  os << by_cores << " CPU core" << (by_cores == 1 ? "" : "s");
+  int jobs = by_cores;
+  if (!free_mib.empty() && per_job_mib > 0) {
+    long long fit = 0;
+    os << "; GPU memory free:";
+    for (size_t i = 0; i < free_mib.size(); ++i) {
+      fit += std::max(1LL, free_mib[i] / per_job_mib);
+      os << (i ? "," : "") << " " << free_mib[i] << " MiB";
+    }
+    os << ", " << per_job_mib << " MiB a job: " << fit;
+    jobs = static_cast<int>(std::min<long long>(jobs, fit));
+  }
+  jobs = std::min(jobs, kMaxJobs);
+  if (why) *why = std::to_string(jobs) + " (" + os.str() + ")";
+  return jobs;
+}
+
+std::vector<long long> parse_free_mib(const std::string& output) {
+  std::vector<long long> out;
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    size_t b = line.find_first_not_of(' ');
+    if (b == std::string::npos) continue;
+    line = line.substr(b);
+    if (line.size() > 12 || line.find_first_not_of("0123456789") != std::string::npos) return {};
+    out.push_back(std::stoll(line));
+  }
+  return out;
+}
+
+std::string free_mib_of(const std::vector<int>& ordinals, const char* parent, const std::vector<long long>& physical_free,
+                        std::vector<long long>* out) {
+  out->clear();
+  std::vector<std::string> visible;
+  if (parent != nullptr) visible = split(parent, ',');
+  for (int g : ordinals) {
+    long long index = g;
+    if (parent != nullptr) {
+      if (g < 0 || static_cast<size_t>(g) >= visible.size()) return "GPU " + std::to_string(g) + " is not visible";
+      const std::string& e = visible[static_cast<size_t>(g)];
+      if (e.empty() || e.size() > 4 || e.find_first_not_of("0123456789") != std::string::npos)
+        return "CUDA_VISIBLE_DEVICES entry '" + e + "' is not a device index";
+      index = std::stoll(e);
+    }
+    if (index < 0 || static_cast<size_t>(index) >= physical_free.size())
+      return "nvidia-smi lists " + std::to_string(physical_free.size()) + " GPUs, not GPU " + std::to_string(index);
+    out->push_back(physical_free[static_cast<size_t>(index)]);
+  }
+  return "";
 }
 
 }  // namespace recap::cli

@@ -31,3 +31,24 @@ int visible_count(int physical, const char* parent);
 int count_nvidia_smi_lines(const std::string& output);
 
 }  // namespace recap::cli
+
+namespace recap::cli {
+
+// --jobs auto (issue 21: workers per GPU chosen from the CPU cores and GPU memory): one job per CPU
+// core this process may run on, and, when the jobs use GPUs, no more than the GPUs' free memory
+// holds at `per_job_mib` a job (each GPU's share summed, as --gpus spreads jobs round-robin; at
+// least one a GPU). `free_mib` empty: GPU memory not known or not used, cores alone decide.
+// Returns at least 1 and at most 256 (--jobs's range); *why gets one line saying how it was chosen.
+int auto_jobs(int cores, const std::vector<long long>& free_mib, long long per_job_mib, std::string* why);
+
+// The free MiB of each GPU in `nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits`'s
+// output (one integer a line, in nvidia-smi's order); an unreadable line gives an empty result.
+std::vector<long long> parse_free_mib(const std::string& output);
+
+// The free MiB of the GPUs `ordinals` (as this process numbers them: CUDA_VISIBLE_DEVICES =
+// `parent`, null when unset) among nvidia-smi's physical list `physical_free`. Returns "" or why
+// it cannot tell (an ordinal past the list, a CUDA_VISIBLE_DEVICES entry that is not an index).
+std::string free_mib_of(const std::vector<int>& ordinals, const char* parent, const std::vector<long long>& physical_free,
+                        std::vector<long long>* out);
+
+}  // namespace recap::cli

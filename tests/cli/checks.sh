@@ -366,6 +366,23 @@ fuzz_same_seed_same_report)
   echo "identical: graph-safe $(grep -c '"spec"' a.canon) cases; drawn policy $(grep -c '"spec"' c.canon) cases"
   diff -r f3 f4 > /dev/null || fail "counterexample files differ"
   ;;
+fuzz_jobs_auto)
+  # --jobs auto on sim: one job per CPU core this process may use (nproc honours the affinity mask,
+  # as sched_getaffinity does), printed with its reason and kept in the report's context
+  n=$(nproc)
+  "$recap" fuzz --backend sim --policy graph-safe --seed 5 --cases 20 --jobs auto --report a.json > out.txt 2> err.txt
+  rc=$?; cat out.txt err.txt
+  [ "$rc" -eq 0 ] || fail "--jobs auto: exit $rc"
+  grep -qx "recap: --jobs auto: $n ($n CPU cores\?)" err.txt || fail "--jobs auto did not choose $n jobs from $n cores"
+  python3 - "$n" <<'PY' || fail "the report's context"
+import json, sys
+n = int(sys.argv[1])
+c = json.load(open("a.json"))["context"]
+assert c["jobs"] == n and c["jobs_auto"].startswith(f"{n} ({n} CPU core"), c
+PY
+  "$recap" fuzz --backend sim --policy graph-safe --seed 5 --cases 2 --jobs 2 --report b.json > /dev/null 2>&1 || fail "--jobs 2"
+  python3 -c 'import json; assert "jobs_auto" not in json.load(open("b.json"))["context"]' || fail "jobs_auto without --jobs auto"
+  ;;
 fuzz_jobs_and_crash_isolation)
   "$recap" fuzz --backend sim --policy graph-safe --seed 5 --cases 400 --jobs 2 --corpus-dir found --report j.json > out.txt
   rc=$?; cat out.txt

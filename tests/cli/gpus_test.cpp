@@ -184,5 +184,33 @@ TEST(GpusReport, HelloVisibleDeviceIsRead) {
   EXPECT_FALSE(old.visible_said);
 }
 
+// --jobs auto: cores bound the jobs, and on GPUs their free memory at the estimate per job.
+TEST(AutoJobs, CoresAndGpuMemory) {
+  std::string why;
+  EXPECT_EQ(cli::auto_jobs(16, {}, 0, &why), 16);  // no GPU: one job a core
+  EXPECT_EQ(why, "16 (16 CPU cores)");
+  EXPECT_EQ(cli::auto_jobs(0, {}, 0, &why), 1);  // never fewer than one
+  EXPECT_EQ(cli::auto_jobs(16, {139000}, 2048, &why), 16);  // an idle H200 holds 67 jobs: cores decide
+  EXPECT_EQ(why, "16 (16 CPU cores; GPU memory free: 139000 MiB, 2048 MiB a job: 67)");
+  EXPECT_EQ(cli::auto_jobs(16, {20000}, 8192, &why), 2);  // a busy GPU decides
+  EXPECT_EQ(cli::auto_jobs(16, {20000, 40000}, 8192, &why), 6);  // summed over the GPUs the jobs spread over
+  EXPECT_EQ(cli::auto_jobs(16, {1000}, 8192, &why), 1);  // at least one a GPU
+  EXPECT_EQ(cli::auto_jobs(1000, {}, 0, &why), 256);  // --jobs's range
+}
+
+TEST(AutoJobs, NvidiaSmiFreeMemory) {
+  EXPECT_EQ(cli::parse_free_mib("139500\n 80000 \r\n"), (std::vector<long long>{139500, 80000}));
+  EXPECT_TRUE(cli::parse_free_mib("[N/A]\n").empty());  // unreadable: not known, never zero
+  EXPECT_TRUE(cli::parse_free_mib("").empty());
+  std::vector<long long> out;
+  EXPECT_EQ(cli::free_mib_of({0, 1}, nullptr, {100, 200, 300}, &out), "");
+  EXPECT_EQ(out, (std::vector<long long>{100, 200}));
+  EXPECT_EQ(cli::free_mib_of({0}, "2,0", {100, 200, 300}, &out), "");  // visible 0 is physical 2
+  EXPECT_EQ(out, (std::vector<long long>{300}));
+  EXPECT_EQ(cli::free_mib_of({1}, "2", {100, 200, 300}, &out), "GPU 1 is not visible");
+  EXPECT_EQ(cli::free_mib_of({0}, "GPU-abc", {100}, &out), "CUDA_VISIBLE_DEVICES entry 'GPU-abc' is not a device index");
+  EXPECT_EQ(cli::free_mib_of({3}, nullptr, {100}, &out), "nvidia-smi lists 1 GPUs, not GPU 3");
+}
+
 }  // namespace
 }  // namespace recap::reports
