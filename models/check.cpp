@@ -115,6 +115,7 @@ RunOutput run_model(const RunOptions& o) {
     out.draws = ledger.entries();
   }
   ensure(dev->stream_destroy(s), "cudaStreamDestroy");
+  out.init = device::sim::init_check_summary(*dev);
   return out;
 }
 

@@ -12,10 +12,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/device/device.h"
+#include "harness/device/sim/sim_device.h"
 #include "harness/runtime/context.h"
 #include "harness/runtime/generator.h"
 #include "harness/runtime/rng_ledger.h"
@@ -77,6 +79,8 @@ struct RunOutput {
   std::vector<std::vector<float>> params;   // values (as uploaded)
   std::vector<std::vector<float>> grads;    // accumulated over the passes
   std::vector<runtime::LedgerEntry> draws;  // of the last pass
+  // What the device's init check saw (RunOptions::device_options.init_check on sim); else nullopt.
+  std::optional<device::sim::InitCheckSummary> init;
 };
 
 // Whether `backend` can run here (cuda needs a usable GPU); *why says why not.

@@ -16,6 +16,7 @@
 
 #include "harness/training/checkpoint.h"
 #include "harness/runtime/dropout.h"
+#include "harness/runtime/faults.h"
 #include "harness/runtime/rng_tracker.h"
 #include "model_check.h"
 #include "models/layers.h"
@@ -32,6 +33,38 @@ class LayerCaseTest : public ::testing::TestWithParam<LayerCase> {};
 TEST_P(LayerCaseTest, MatchesFp64Reference) { expect_matches_reference(Backend::Sim, GetParam()); }
 
 TEST_P(LayerCaseTest, DeterministicAcrossRuns) { expect_deterministic(Backend::Sim, GetParam()); }
+
+// Every kernel of the layer, forward and backward, eagerly and replayed from a graph, reads only
+// memory some kernel, copy or memset wrote since it was allocated (the sim's init check).
+TEST_P(LayerCaseTest, ReadsOnlyWrittenMemory) {
+  for (bool graph : {false, true}) {
+    RunOptions o;
+    o.spec = GetParam().spec;
+    o.graph = graph;
+    if (graph) o.generator = runtime::GeneratorMode::GraphSafe;
+    o.device_options.init_check = true;
+    const RunOutput r = run_model(o);
+    ASSERT_TRUE(r.init.has_value());
+    EXPECT_GT(r.init->launches, 0u);
+    for (const auto& u : r.init->uninitialized) ADD_FAILURE() << (graph ? "graph: " : "eager: ") << u.describe();
+  }
+}
+
+// ... and the check is live: with the gradients allocated empty (fault point grad-buffer-empty) the
+// first accumulation into them is reported.
+TEST(ModelInitCheck, SeesGradientsAllocatedEmpty) {
+  RunOptions o;
+  o.spec = block_stack(1, DType::F32, 0.0f);
+  o.device_options.init_check = true;
+  std::optional<device::sim::InitCheckSummary> seen;
+  {
+    runtime::FaultScope on({"grad-buffer-empty"});
+    seen = run_model(o).init;
+  }
+  ASSERT_TRUE(seen.has_value());
+  ASSERT_FALSE(seen->uninitialized.empty());
+  EXPECT_NE(seen->uninitialized[0].allocation.find("(gradients)"), std::string::npos) << seen->uninitialized[0].describe();
+}
 
 INSTANTIATE_TEST_SUITE_P(Sim, LayerCaseTest, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
