@@ -400,8 +400,12 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
       if (x.contains("hygiene")) out.hygiene = x["hygiene"].get<std::string>();
       if (auto ic = x.find("initcheck"); ic != x.end() && ic->is_object()) {
         training::InitObservation& o = out.init.emplace();
-        o.launches = ic->value("launches", uint64_t{0});
-        o.bytes = ic->value("bytes", uint64_t{0});
+        auto count = [&](const char* k) {  // a malformed count reads as nothing checked, never a throw
+          auto it = ic->find(k);
+          return it != ic->end() && it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t{0};
+        };
+        o.launches = count("launches");
+        o.bytes = count("bytes");
         if (auto u = ic->find("uninitialized"); u != ic->end() && u->is_array())
           for (const Json& line : *u)
             if (line.is_string()) o.uninitialized.push_back(line.get<std::string>());
