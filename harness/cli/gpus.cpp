@@ -73,9 +73,6 @@ int count_nvidia_smi_lines(const std::string& output) {
   return n;
 }
 
-}  // namespace recap::cli
-
-namespace recap::cli {
 
 int auto_jobs(int cores, const std::vector<long long>& free_mib, long long per_job_mib, std::string* why) {
   constexpr int kMaxJobs = 256;

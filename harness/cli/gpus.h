@@ -30,9 +30,6 @@ int visible_count(int physical, const char* parent);
 // The GPUs `nvidia-smi -L` lists ("GPU 0: NVIDIA H200 (UUID: GPU-...)"), one a line.
 int count_nvidia_smi_lines(const std::string& output);
 
-}  // namespace recap::cli
-
-namespace recap::cli {
 
 // --jobs auto (issue 21: workers per GPU chosen from the CPU cores and GPU memory): one job per CPU
 // core this process may run on, and, when the jobs use GPUs, no more than the GPUs' free memory
