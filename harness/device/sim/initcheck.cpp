@@ -84,6 +84,7 @@ void InitChecker::released(const void* p, size_t bytes) {
 void InitChecker::on_run(const std::string& what, const std::string& where, const std::vector<Access>& reads,
                          const std::vector<Access>& writes) {
   bool read_device_memory = false;
+  std::vector<size_t> touched;  // reports this launch added to (a launch counts once in each)
   for (const Access& a : reads) {
     auto lo = reinterpret_cast<uintptr_t>(a.ptr), hi = lo + a.bytes;
     size_t checked = tracked_.covered(lo, hi);
@@ -123,7 +124,10 @@ void InitChecker::on_run(const std::string& what, const std::string& where, cons
     }
     UninitReport& r = summary_.uninitialized[it->second];
     r.bytes += uninit;
-    r.reads += 1;
+    if (std::find(touched.begin(), touched.end(), it->second) == touched.end()) {
+      touched.push_back(it->second);
+      r.reads += 1;
+    }
   }
   if (read_device_memory) summary_.launches += 1;
   for (const Access& a : writes) {

@@ -105,6 +105,18 @@ TEST(SimInitCheck, OnlyTheUnwrittenPartIsCounted) {
   EXPECT_EQ(r[0].offset, 20u);
 }
 
+TEST(SimInitCheck, ALaunchCountsOnceForAnAllocation) {
+  auto dev = make_checked();
+  Stream s = new_stream(*dev);
+  uint32_t* buf = raw_buffer(*dev, 8);
+  ASSERT_OK(dev->launch(k::add_u32(buf + 4, buf, 4), s));  // reads both halves of one allocation
+  ASSERT_OK(dev->stream_synchronize(s));
+  std::vector<sim::UninitReport> r = uninit(*dev);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].reads, 1u);
+  EXPECT_EQ(r[0].bytes, 32u);
+}
+
 TEST(SimInitCheck, AFreedAndReallocatedBlockIsUninitializedAgain) {
   auto dev = make_checked();
   Stream s = new_stream(*dev);
