@@ -10,6 +10,7 @@ namespace recap::device::sim {
 void ByteRanges::add(uintptr_t lo, uintptr_t hi) {
   if (lo >= hi) return;
   auto it = r_.upper_bound(lo);
+  if (it != r_.begin() && std::prev(it)->second >= hi) return;  // already inside one range (the common rewrite)
   if (it != r_.begin() && std::prev(it)->second >= lo) --it;  // a range ending at or after lo
   while (it != r_.end() && it->first <= hi) {
     lo = std::min(lo, it->first);
@@ -81,8 +82,8 @@ void InitChecker::released(const void* p, size_t bytes) {
   allocs_.erase(lo);
 }
 
-void InitChecker::on_run(const std::string& what, const std::string& where, const std::vector<Access>& reads,
-                         const std::vector<Access>& writes) {
+void InitChecker::on_run(const char* kind, const std::string& name, const std::string& where,
+                         const std::vector<Access>& reads, const std::vector<Access>& writes) {
   bool read_device_memory = false;
   std::vector<size_t> touched;  // reports this launch added to (a launch counts once in each)
   for (const Access& a : reads) {
@@ -113,6 +114,7 @@ void InitChecker::on_run(const std::string& what, const std::string& where, cons
       alloc = al->second.second;
       offset = first - al->first;
     }
+    const std::string what = kind + name;
     std::string key = what + "\n" + where + "\n" + alloc;
     auto [it, fresh] = index_.try_emplace(key, summary_.uninitialized.size());
     if (fresh) {

@@ -45,8 +45,9 @@ class InitChecker {
   void undefined(const void* p, size_t bytes);
   // The memory is no longer device memory this process owns (freed): no longer checked.
   void released(const void* p, size_t bytes);
-  // Work runs: its reads are checked, then its writes initialize.
-  void on_run(const std::string& what, const std::string& where, const std::vector<Access>& reads,
+  // Work runs: its reads are checked, then its writes initialize. The reader is named `kind` +
+  // `name` ("kernel " + "gemm", "memcpy" + "") on `where`, built only for a report.
+  void on_run(const char* kind, const std::string& name, const std::string& where, const std::vector<Access>& reads,
               const std::vector<Access>& writes);
   const InitCheckSummary& summary() const { return summary_; }
 

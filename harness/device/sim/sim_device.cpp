@@ -173,10 +173,17 @@ WorkRef SimDevice::issue(const std::vector<WorkRef>& deps, uint32_t lane, const 
       race_->on_access(*ref.clock, lane, AccessSite{what(op), where, ref.id}, op.reads, op.writes);
   }
   if (body && init_ && (op.kind == OpKind::Kernel || op.kind == OpKind::Memcpy || op.kind == OpKind::Memset)) {
-    body = [this, run = std::move(body), name = what(op), where, reads = op.reads, writes = op.writes] {
-      init_->on_run(name, where, reads, writes);
-      run();
-    };
+    const char* kind = op.kind == OpKind::Kernel ? "kernel " : op.kind == OpKind::Memcpy ? "memcpy" : "memset";
+    if (!sched_.exploring()) {
+      // program order: the item runs inside sched_.issue below, so checking now is checking as it runs
+      init_->on_run(kind, op.kind == OpKind::Kernel ? op.name : std::string(), where, op.reads, op.writes);
+    } else {
+      body = [this, run = std::move(body), kind, name = op.kind == OpKind::Kernel ? op.name : std::string(), where,
+              reads = op.reads, writes = op.writes] {
+        init_->on_run(kind, name, where, reads, writes);
+        run();
+      };
+    }
   }
   if (body) {
     body = [this, run = std::move(body)] {
