@@ -20,6 +20,19 @@ namespace recap::cli {
 
 namespace {
 
+constexpr int kCannotRun = -2;  // popen failed
+// Runs `cmd` through the shell into *out: its exit status, -1 when it did not exit (a signal), or
+// kCannotRun.
+int run_command(const char* cmd, std::string* out) {
+  out->clear();
+  FILE* p = popen(cmd, "r");
+  if (p == nullptr) return kCannotRun;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p)) *out += buf;
+  const int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 // --gpus in the parent: refused where nothing would be spread or the pinning would be overridden,
 // checked against the devices this process sees where that count can be known. Sets o->gpus and
 // the CUDA_VISIBLE_DEVICES value of each ordinal's jobs.
@@ -40,22 +53,16 @@ void resolve_gpus(const FuzzFlags& f, CampaignOptions* o) {
     count = device::cuda_device_count(&why);  // honours this process's CUDA_VISIBLE_DEVICES
   } else {
     // A framework on the CPU backend: recap has no CUDA of its own to ask, nvidia-smi may know
-    FILE* p = popen("nvidia-smi -L 2>/dev/null", "r");
     std::string text;
-    if (p) {
-      char buf[512];
-      while (std::fgets(buf, sizeof buf, p)) text += buf;
-      const int st = pclose(p);
-      if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-        count = visible_count(count_nvidia_smi_lines(text), parent);
-        why = "nvidia-smi -L lists " + std::to_string(count_nvidia_smi_lines(text)) +
-              (parent ? ", CUDA_VISIBLE_DEVICES='" + std::string(parent) + "'" : std::string());
-      } else {
-        why = WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "nvidia-smi not found, and recap's backend is not cuda"
-                                                       : "nvidia-smi -L failed, and recap's backend is not cuda";
-      }
+    const int rc = run_command("nvidia-smi -L 2>/dev/null", &text);
+    if (rc == 0) {
+      count = visible_count(count_nvidia_smi_lines(text), parent);
+      why = "nvidia-smi -L lists " + std::to_string(count_nvidia_smi_lines(text)) +
+            (parent ? ", CUDA_VISIBLE_DEVICES='" + std::string(parent) + "'" : std::string());
     } else {
-      why = "cannot run nvidia-smi";
+      why = rc == kCannotRun ? "cannot run nvidia-smi"
+            : rc == 127      ? "nvidia-smi not found, and recap's backend is not cuda"
+                             : "nvidia-smi -L failed, and recap's backend is not cuda";
     }
   }
   if (std::string e = parse_gpus(f.gpus, count, why, &o->gpus); !e.empty()) throw UsageError(e);
@@ -90,13 +97,7 @@ int resolve_auto_jobs(const CampaignOptions& o, const SystemUnderTest& s, std::s
   std::string note;
   if (on_gpu) {
     std::string text;
-    bool ran = false;
-    if (FILE* p = popen("nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null", "r")) {
-      char buf[256];
-      while (std::fgets(buf, sizeof buf, p)) text += buf;
-      const int st = pclose(p);
-      ran = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    }
+    const bool ran = run_command("nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null", &text) == 0;
     const std::vector<long long> physical = ran ? parse_free_mib(text) : std::vector<long long>{};
     const std::vector<int> used = o.gpus.empty() ? std::vector<int>{0} : o.gpus;
     if (physical.empty()) note = "; GPU memory unknown (nvidia-smi gave no free memory): cores alone";
