@@ -43,12 +43,6 @@ size_t ByteRanges::covered(uintptr_t lo, uintptr_t hi) const {
   return n;
 }
 
-uintptr_t ByteRanges::first_in(uintptr_t lo, uintptr_t hi) const {
-  auto it = r_.upper_bound(lo);
-  if (it != r_.begin() && std::prev(it)->second > lo) return lo;
-  return it != r_.end() && it->first < hi ? it->first : hi;
-}
-
 uintptr_t ByteRanges::first_not_in(uintptr_t lo, uintptr_t hi) const {
   auto it = r_.upper_bound(lo);
   if (it == r_.begin()) return lo;
@@ -65,9 +59,8 @@ uintptr_t ByteRanges::first_not_in(uintptr_t lo, uintptr_t hi) const {
 
 void InitChecker::allocated(const void* p, size_t bytes, const std::string& what) {
   auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  tracked_.add(lo, hi);
   init_.remove(lo, hi);
-  allocs_[lo] = {hi, what};
+  allocs_[lo] = Allocation{hi, what};
 }
 
 void InitChecker::undefined(const void* p, size_t bytes) {
@@ -76,9 +69,8 @@ void InitChecker::undefined(const void* p, size_t bytes) {
 }
 
 void InitChecker::released(const void* p, size_t bytes) {
-  auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  tracked_.remove(lo, hi);
-  init_.remove(lo, hi);
+  auto lo = reinterpret_cast<uintptr_t>(p);
+  init_.remove(lo, lo + bytes);
   allocs_.erase(lo);
 }
 
@@ -88,46 +80,40 @@ void InitChecker::on_run(const char* kind, const std::string& name, const std::s
   std::vector<size_t> touched;  // reports this launch added to (a launch counts once in each)
   for (const Access& a : reads) {
     auto lo = reinterpret_cast<uintptr_t>(a.ptr), hi = lo + a.bytes;
-    size_t checked = tracked_.covered(lo, hi);
-    if (checked == 0) continue;  // host memory, or memory this device does not own
+    // The allocations the read overlaps (host memory and memory this device does not own overlap
+    // none): the bytes checked, those nothing wrote, and the first of them with its allocation.
+    size_t checked = 0, uninit = 0, offset = 0;
+    const std::string* alloc = nullptr;
+    auto it = allocs_.upper_bound(lo);
+    if (it != allocs_.begin() && std::prev(it)->second.hi > lo) --it;
+    for (; it != allocs_.end() && it->first < hi; ++it) {
+      const uintptr_t l = std::max(lo, it->first), h = std::min(hi, it->second.hi);
+      if (l >= h) continue;
+      checked += h - l;
+      const size_t u = (h - l) - init_.covered(l, h);
+      if (u > 0 && alloc == nullptr) {
+        alloc = &it->second.what;
+        offset = init_.first_not_in(l, h) - it->first;
+      }
+      uninit += u;
+    }
+    if (checked == 0) continue;
     read_device_memory = true;
     summary_.bytes += checked;
-    size_t uninit = checked - init_.covered(lo, hi);
     if (uninit == 0) continue;
-    // The allocation the first uninitialized byte lies in names the report.
-    uintptr_t first = lo;
-    for (uintptr_t at = lo; at < hi;) {
-      uintptr_t t = tracked_.first_in(at, hi);
-      if (t == hi) break;
-      uintptr_t u = init_.first_not_in(t, hi);
-      if (u < hi && tracked_.covered(u, u + 1) == 1) {
-        first = u;
-        break;
-      }
-      at = u + 1;
-    }
-    std::string alloc = "device memory";
-    size_t offset = 0;
-    auto al = allocs_.upper_bound(first);
-    if (al != allocs_.begin() && std::prev(al)->second.first > first) {
-      --al;
-      alloc = al->second.second;
-      offset = first - al->first;
-    }
     const std::string what = kind + name;
-    std::string key = what + "\n" + where + "\n" + alloc;
-    auto [it, fresh] = index_.try_emplace(key, summary_.uninitialized.size());
+    auto [idx, fresh] = index_.try_emplace(what + "\n" + where + "\n" + *alloc, summary_.uninitialized.size());
     if (fresh) {
       UninitReport r;
       r.reader = what + " on " + where;
-      r.allocation = alloc;
+      r.allocation = *alloc;
       r.offset = offset;
       summary_.uninitialized.push_back(r);
     }
-    UninitReport& r = summary_.uninitialized[it->second];
+    UninitReport& r = summary_.uninitialized[idx->second];
     r.bytes += uninit;
-    if (std::find(touched.begin(), touched.end(), it->second) == touched.end()) {
-      touched.push_back(it->second);
+    if (std::find(touched.begin(), touched.end(), idx->second) == touched.end()) {
+      touched.push_back(idx->second);
       r.reads += 1;
     }
   }

@@ -28,8 +28,6 @@ class ByteRanges {
   void remove(uintptr_t lo, uintptr_t hi);
   // The bytes of [lo, hi) in the set.
   size_t covered(uintptr_t lo, uintptr_t hi) const;
-  // The first byte of [lo, hi) in the set, or hi.
-  uintptr_t first_in(uintptr_t lo, uintptr_t hi) const;
   // The first byte of [lo, hi) not in the set, or hi.
   uintptr_t first_not_in(uintptr_t lo, uintptr_t hi) const;
 
@@ -52,9 +50,12 @@ class InitChecker {
   const InitCheckSummary& summary() const { return summary_; }
 
  private:
-  ByteRanges tracked_;  // device memory allocated and not freed
-  ByteRanges init_;     // the part of it written since allocated
-  std::map<uintptr_t, std::pair<uintptr_t, std::string>> allocs_;  // lo -> (hi, what)
+  struct Allocation {
+    uintptr_t hi;
+    std::string what;
+  };
+  std::map<uintptr_t, Allocation> allocs_;  // device memory allocated and not freed, by its lo
+  ByteRanges init_;                         // the part of it written since allocated
   std::map<std::string, size_t> index_;  // dedup key (reader, allocation) -> uninitialized index
   InitCheckSummary summary_;
 };

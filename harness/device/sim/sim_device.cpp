@@ -176,10 +176,9 @@ WorkRef SimDevice::issue(const std::vector<WorkRef>& deps, uint32_t lane, const 
     const char* kind = op.kind == OpKind::Kernel ? "kernel " : op.kind == OpKind::Memcpy ? "memcpy" : "memset";
     if (!sched_.exploring()) {
       // program order: the item runs inside sched_.issue below, so checking now is checking as it runs
-      init_->on_run(kind, op.kind == OpKind::Kernel ? op.name : std::string(), where, op.reads, op.writes);
+      init_->on_run(kind, op.name, where, op.reads, op.writes);  // a copy's or memset's name is empty
     } else {
-      body = [this, run = std::move(body), kind, name = op.kind == OpKind::Kernel ? op.name : std::string(), where,
-              reads = op.reads, writes = op.writes] {
+      body = [this, run = std::move(body), kind, name = op.name, where, reads = op.reads, writes = op.writes] {
         init_->on_run(kind, name, where, reads, writes);
         run();
       };
