@@ -49,6 +49,10 @@ const std::vector<Rule>& rules() {
       {"-", "the process running the case died of a signal: a crash inside the system under test, not a wrong result",
        [](const Symptom& s) { return s.check.disposition == Disposition::Crashed && has(s.check.cuda_error, "SIG"); }},
       // across the ranks of a rank group (issue 22; properties/oracles/ranks.cpp): not in the catalogue
+      {"-", "sequence-parallel ranks draw equal masks on their rows and heads: the layers run outside the "
+            "tensor-parallel tracker's fork (megatron-core's TransformerBlock forks it when sequence_parallel is set; "
+            "0.9.0 entered `rng_context and fp8_context`, the second alone)",
+       [](const Symptom& s) { return s.spec.sp && s.is("tp_masks_differ", Disposition::Incorrect); }},
       {"-", "ranks draw equal masks inside tensor-parallel regions: the tensor-parallel RNG state is seeded alike on "
             "every rank (megatron-core seeds it seed + 2718 + its tensor-parallel rank)",
        [](const Symptom& s) { return s.is("tp_masks_differ", Disposition::Incorrect); }},

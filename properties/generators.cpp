@@ -148,8 +148,11 @@ void fit_to_sut(CaseSpec& s, const sut::Capabilities& caps) {
 // A case of tp N for a rank group: an executor the group runs (eager: it runs no graphs), and
 // heads a multiple of N where one divides hidden (megatron-core splits attention by heads). What
 // cannot be fitted (a hidden or ffn width that N does not divide) the group skips, naming the layer.
-void fit_to_group(CaseSpec& s, int tp, const sut::Capabilities& caps) {
+// Sequence parallel (sp): tokens rounded up to a multiple of N, each rank's rows.
+void fit_to_group(CaseSpec& s, int tp, bool sp, const sut::Capabilities& caps) {
   s.tp = tp;
+  s.sp = sp;
+  if (sp && s.model.tokens % tp != 0) s.model.tokens += tp - s.model.tokens % tp;
   if (!caps.tp_executor.empty()) fit(s.executor, caps.tp_executor);
   for (auto& l : s.model.layers) {
     if (!models::find_layer_kind(l.kind)->uses_heads || l.heads % tp == 0) continue;
@@ -239,7 +242,7 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
         rc::gen::set(&CaseDraw::rng_seed, uniform(1, 1000)));
   });
 
-  auto build = [=](const CaseDraw& d, int tp, int pp) {
+  auto build = [=](const CaseDraw& d, int tp, int pp, bool sp) {
     CaseSpec s;
     s.name = "generated";
     s.model.hidden = d.hidden;
@@ -330,27 +333,33 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     }
     s.faults = config.faults;
     fit_to_sut(s, caps);
-    if (tp > 1) fit_to_group(s, tp, caps);
+    if (tp > 1) fit_to_group(s, tp, sp, caps);
     if (pp > 1) fit_to_pipeline(s, pp, caps);
     return s;
   };
   // One rank only (every system without --ranks): no tp draw, so the draws and every fixed-seed
   // case are what they were.
-  if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1); });
+  if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1, false); });
   // A rank group: the group's shape (tp, pp) is drawn first, so that RapidCheck shrinks it first,
   // toward (1, 1) (a failure that still happens on one rank is no cross-rank bug), keeping N where
-  // only N fails. Shapes the group runs: tp * pp is one of its sizes (its tp and pp values).
+  // only N fails. Shapes the group runs: tp * pp is one of its sizes (its tp and pp values), and,
+  // where the group runs sequence parallelism, tp shapes with sp (after the same shape without it,
+  // toward which they shrink). A shape is tp * 1000 + pp * 10 + sp.
   std::vector<int> sizes = caps.tp;
   sizes.insert(sizes.end(), caps.pp.begin(), caps.pp.end());
   std::vector<int> tp_values = {1}, pp_values = {1};
   tp_values.insert(tp_values.end(), caps.tp.begin(), caps.tp.end());
   pp_values.insert(pp_values.end(), caps.pp.begin(), caps.pp.end());
-  std::vector<std::pair<int, int>> shapes = {{1, 101}};  // (weight, tp * 100 + pp): one rank first
+  std::vector<std::pair<int, int>> shapes = {{1, 1010}};  // (weight, shape): one rank first
   for (int t : tp_values)
     for (int p : pp_values)
-      if (t * p > 1 && has(sizes, t * p)) shapes.push_back({2, t * 100 + p});
+      if (t * p > 1 && has(sizes, t * p)) shapes.push_back({2, t * 1000 + p * 10});
+  if (caps.sp)
+    for (int t : caps.tp)
+      if (t > 1) shapes.push_back({2, t * 1000 + 10 + 1});
   return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw), [=](const std::tuple<int, CaseDraw>& t) {
-    return build(std::get<1>(t), std::get<0>(t) / 100, std::get<0>(t) % 100);
+    const int shape = std::get<0>(t);
+    return build(std::get<1>(t), shape / 1000, shape % 1000 / 10, shape % 10 == 1);
   });
 }
 

@@ -38,7 +38,7 @@ FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registere
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",
              "microbatch_order", "generator", "device_state", "warmup_backward", "shared_pool", "seeds", "lr",
-             "tp", "pp", "faults"}
+             "tp", "pp", "sp", "faults"}
 LAYER_KEYS = {"kind", "heads", "ffn_hidden", "dropout", "checkpoint", "checkpoint_modules", "graphed"}
 
 
@@ -95,6 +95,7 @@ class Case:
     lr: float = _f32(0.05)
     tp: int = 1  # tensor-parallel world size; a run request's "tp" is what a rank group reads (PROTOCOL.md 10)
     pp: int = 1  # pipeline stages; as tp, the run request's "pp" is what a rank group reads
+    sp: bool = False  # sequence parallelism over the tensor-parallel ranks (tp > 1, pp 1)
     expected: Any = None
     faults: List[str] = field(default_factory=list)  # recap's runtime's fault points; frameworks have none
     raw: Dict[str, Any] = field(default_factory=dict)
@@ -301,6 +302,11 @@ def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
         c.tp = _int(j["tp"], "tp")
     if "pp" in j:
         c.pp = _int(j["pp"], "pp")
+    if "sp" in j:
+        v = j["sp"]
+        if not isinstance(v, bool):
+            _fail("sp", f"expected true or false, got {_type_of(v)}")
+        c.sp = v
     # recap's own fault points (docs/faults.md), read last as spec.cpp does: kept, so the driver can skip the case
     if "faults" in j:
         fs = j["faults"]
@@ -394,6 +400,9 @@ def validate(c: Case) -> str:
         return _range("pp", 1, 64, c.pp)
     if c.tp * c.pp > 64:
         return f"pp {c.pp} with tp {c.tp}: {c.tp * c.pp} ranks, at most 64"
+    if c.sp and (c.tp < 2 or c.pp > 1):
+        return ("sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1 and pp 1, "
+                f"got tp {c.tp} pp {c.pp}")
     return ""
 
 

@@ -22,6 +22,7 @@ except Exception:  # pragma: no cover
     HAVE_GLOO = False
 
 if HAVE_TORCH:
+    from recap_drivers.core import protocol
     from recap_drivers.core import ranks_check as rc
 
 # A: draws inside a tensor-parallel region (attention dropout) and outside it (mlp dropout), both
@@ -327,6 +328,111 @@ class RankFaultTest(unittest.TestCase):
         v, _ = self.faulted("tp-grad-not-reduced", CASE_B)
         self.assertEqual(v["grads_match_one_rank"], "failed")
         self.assertEqual(v["outside_masks_equal"], "passed")
+
+
+# S: tp 2 sequence parallel (frameworks/torch/tensor_parallel.py), every draw per-rank: attention
+# dropout on the rank's heads, the mlp's and a dropout layer's on the rank's rows, checkpointed.
+CASE_SM = make_case("sp-masks", [{"kind": "attention", "heads": 2, "dropout": 0.2, "checkpoint": "full"},
+                                 {"kind": "mlp", "dropout": 0.1, "checkpoint": "full"}, {"kind": "layernorm"},
+                                 {"kind": "dropout", "dropout": 0.3}], tp=2, sp=True)
+# every kind that splits or holds parameters whole (norms, row-parallel biases), no draws: the
+# group's gradients compare with a one-rank run's
+CASE_SG = make_case("sp-grads", [{"kind": "linear"}, {"kind": "mlp", "checkpoint": "full"}, {"kind": "layernorm"},
+                                 {"kind": "swiglu"}, {"kind": "attention", "heads": 2},
+                                 {"kind": "block", "heads": 2, "checkpoint": "selective", "checkpoint_modules": ["mlp"]},
+                                 {"kind": "rmsnorm"}, {"kind": "gelu"}], tp=2, sp=True)
+
+
+def one_rank(case: Dict[str, Any]) -> Dict[str, Any]:
+    return dict(case, tp=1, sp=False)
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class SequenceParallelTest(unittest.TestCase):
+    """tp 2 with sp on a group of 2: rows split between the regions, per-rank draws, the
+    gradients of parameters held whole summed over the group; each planted sp fault caught."""
+
+    group: Worker
+    hello: Dict[str, Any]
+    m: Reply
+    g: Reply
+    one_g: Reply
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.group = Worker("--ranks", "2")
+        one = Worker()
+        try:
+            cls.hello, _ = cls.group.request({"op": "hello", "protocol": "recap.worker/1"})
+            cls.m = run(cls.group, CASE_SM, mask_frames=True)
+            cls.g = run(cls.group, CASE_SG, rid=2)
+            cls.one_g = run(one, one_rank(CASE_SG))
+        finally:
+            one.close()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.group.close()
+
+    def faulted(self, fault: str, case: Dict[str, Any]) -> Dict[str, str]:
+        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": fault})
+        try:
+            h, f = run(w, case)
+        finally:
+            w.close()
+        self.assertEqual(h["status"], "ok", h.get("reason"))
+        return verdicts(h, f, case, self.one_g if case is CASE_SG else None)
+
+    def test_hello_lists_sp(self) -> None:
+        self.assertIs(self.hello["capabilities"]["sp"], True)
+
+    def test_every_draw_is_per_rank_on_its_rows(self) -> None:
+        h, f = self.m
+        self.assertEqual(h["status"], "ok", h["reason"])
+        self.assertIs(h["ranks"]["sp"], True)
+        self.assertEqual(sorted(h["ranks"]["tp_sites"]), ["attention0.core", "dropout3", "mlp1.dropout"])
+        for s in h["steps"]:
+            self.assertEqual(s["ranks"][0]["losses"], s["ranks"][1]["losses"])  # the output is gathered whole
+            rows = [m for m in s["ranks"][1]["masks"] if m["layer"] == "mlp1.dropout"]
+            self.assertTrue(rows)
+            self.assertEqual(rows[0]["numel"], 2 * 8)  # tokens 4 / tp 2 rows of hidden 8
+        self.assertTrue(any(n.startswith("mask 0 0 forward dropout3") and n.endswith(" @1") for n in f))
+
+    def test_oracles_pass(self) -> None:
+        h, f = self.m
+        v = {x["check"]: x for x in rc.check_all(h, f, CASE_SM)}
+        self.assertEqual(v["tp_masks_differ"]["verdict"], "passed", v["tp_masks_differ"]["reason"])
+        self.assertIn("on sequence-parallel rows", v["tp_masks_differ"]["reason"])
+        self.assertEqual(v["tp_masks_differ"]["evidence"]["masks"], 36)  # 3 sites x 2 mb x 3 steps x 2 ranks
+        self.assertEqual(v["recompute_equal"]["verdict"], "passed", v["recompute_equal"]["reason"])
+        self.assertEqual(v["outside_masks_equal"]["verdict"], "skipped")  # no draw from the shared generator
+        h, f = self.g
+        self.assertEqual(h["status"], "ok", h["reason"])
+        v = {x["check"]: x for x in rc.check_all(h, f, CASE_SG, self.one_g)}
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "passed", v["grads_match_one_rank"]["reason"])
+        self.assertGreater(v["grads_match_one_rank"]["evidence"]["tensors"], 300)
+        self.assertGreater(v["grads_match_one_rank"]["evidence"]["replicated_compared"], 0)
+
+    def test_sp_block_no_fork(self) -> None:  # megatron-core 0.9.0's TransformerBlock: no fork
+        v = self.faulted("sp-block-no-fork", CASE_SM)
+        self.assertEqual(v["tp_masks_differ"], "failed")
+        self.assertEqual(v["recompute_equal"], "passed")
+
+    def test_sp_grad_not_reduced(self) -> None:
+        v = self.faulted("sp-grad-not-reduced", CASE_SG)
+        self.assertEqual(v["grads_match_one_rank"], "failed")
+
+    def test_what_it_cannot_split(self) -> None:
+        odd = dict(CASE_SG, tokens=5)
+        h, _ = run(self.group, odd, rid=3)
+        self.assertEqual(h["status"], "skipped")
+        self.assertIn("tokens 5 is not a multiple of 2", h["reason"])
+        # sent raw: the schema (and recap) would refuse it before it left
+        self.group.send_raw(protocol.encode_message({"op": "run", "id": 4, "case": dict(CASE_SG, tp=1), "tp": 2},
+                                                    random_frames(CASE_SG)))
+        h, _ = self.group.recv()
+        self.assertEqual(h["op"], "error")  # sp without tp > 1: a malformed case
+        self.assertIn("sp", h["message"])
 
 
 @unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")

@@ -213,6 +213,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
     s.caps.tp = group_caps->tp;
     s.caps.tp_executor = group_caps->tp_executor;
     s.caps.pp = group_caps->pp;
+    s.caps.sp = group_caps->sp;
   }
   return s;
 }

@@ -167,6 +167,10 @@ std::string capabilities_from_json(const Json& j, Capabilities* out) {
       std::sort(c.pp.begin(), c.pp.end());
       c.tp_executor = c.all.executor;
     }
+    if (j.contains("sp")) {  // a rank group runs its tp cases sequence parallel too
+      if (!j["sp"].is_boolean()) throw Bad{"capabilities.sp: expected true or false, got " + type_of(j["sp"])};
+      c.sp = j["sp"].get<bool>();
+    }
     auto restrict_executor = [&](ExecutorKind e, const Json& r, const std::string& where) {
       Dims d;
       read_dims(r, where, /*per_executor=*/true, &d);

@@ -48,6 +48,8 @@ struct Capabilities {
   // Pipeline stages above 1 the group runs (its hello's "pp": [N]); a case's tp * pp is one of the
   // group's sizes (tp or pp values). Empty: no pp is drawn.
   std::vector<int> pp;
+  // Whether the group runs tp cases sequence parallel too (its hello's "sp": true). False: no sp is drawn.
+  bool sp = false;
 };
 
 // Everything recap.case/1 defines (what `all` is for a hello that lists nothing).

@@ -166,6 +166,7 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
   if (rg.world < 1 || rg.world > 64) throw ProtocolError("observation.ranks.world: " + std::to_string(rg.world) + " is not in [1, 64]");
   rg.tp_sites = g.value("tp_sites", std::vector<std::string>{});
   rg.pp = g.value("pp", 1);
+  rg.sp = g.value("sp", false);
   rg.stages = g.value("stages", std::vector<int>(static_cast<size_t>(rg.world), 0));
   if (rg.stages.size() != static_cast<size_t>(rg.world))
     throw ProtocolError("observation.ranks.stages: " + std::to_string(rg.stages.size()) + " stages for " +

@@ -76,7 +76,10 @@ struct RankGroupRun {
   // per rank, per step (in step order): its events as it ran them; empty without pp
   std::vector<std::vector<std::pair<int, std::vector<StageEvent>>>> schedules;
   std::string backend;                    // "gloo", "nccl"
-  std::vector<std::string> tp_sites;      // draw sites inside tensor-parallel regions
+  // draw sites whose draws are per-rank (inside tensor-parallel regions; with sp every site, on the
+  // rank's rows); a site's whole mask is the ranks' masks in rank order
+  std::vector<std::string> tp_sites;
+  bool sp = false;                        // sequence parallel (its "sp")
   std::vector<int> shard_dim;             // per parameter: the dim it is split along, -1 held whole by every rank
   std::vector<std::vector<RankMask>> masks;  // per rank: its draws of every step
   // Per rank, the per-microbatch gradients ("grad <s> <mb> <i>") of parameters held whole

@@ -143,7 +143,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   check_keys(j, "",
              {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers", "checkpoint_style",
               "policy", "executor", "warmup", "replays", "microbatches", "microbatch_order", "generator",
-              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "pp", "faults"});
+              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "pp", "sp", "faults"});
   if (j.contains("schema")) {
     std::string schema = get_string(j["schema"], "schema");
     if (schema != "recap.case/1") fail("schema", "unsupported schema '" + schema + "' (this recap reads recap.case/1)");
@@ -198,6 +198,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   if (j.contains("lr")) s->lr = static_cast<float>(get_number(j["lr"], "lr"));
   if (j.contains("tp")) s->tp = get_int32(j["tp"], "tp");
   if (j.contains("pp")) s->pp = get_int32(j["pp"], "pp");
+  if (j.contains("sp")) s->sp = get_bool(j["sp"], "sp");
   if (j.contains("faults")) {
     const Json& fs = j["faults"];
     if (!fs.is_array()) fail("faults", "expected an array of fault names, got " + type_of(fs));
@@ -318,6 +319,9 @@ std::string validate(const CaseSpec& s) {
   if (s.tp * s.pp > 64)
     return "pp " + std::to_string(s.pp) + " with tp " + std::to_string(s.tp) + ": " + std::to_string(s.tp * s.pp) +
            " ranks, at most 64";
+  if (s.sp && (s.tp < 2 || s.pp > 1))
+    return "sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1 and pp 1, got tp " +
+           std::to_string(s.tp) + " pp " + std::to_string(s.pp);
   std::string model_error = models::validate(m);
   if (!model_error.empty()) return "model: " + model_error;
   return "";
@@ -374,6 +378,7 @@ Json case_to_json(const CaseSpec& s) {
   j["lr"] = float_for_json(s.lr);
   if (s.tp != 1) j["tp"] = s.tp;  // absent at 1: one-rank files and reports are unchanged
   if (s.pp != 1) j["pp"] = s.pp;
+  if (s.sp) j["sp"] = true;  // absent when off, as tp and pp
   if (!s.faults.empty()) j["faults"] = s.faults;  // absent when none: files without faults are unchanged
   if (!s.expected.is_null()) j["expected"] = s.expected;
   return j;

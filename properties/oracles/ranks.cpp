@@ -5,7 +5,8 @@
 //
 //   rank_recompute_equal  on every rank, every recompute draw equals its forward draw and every
 //                         checkpointed forward draw was recomputed (planted: tp-recompute-stale)
-//   tp_masks_differ       draws inside tensor-parallel regions (ranks.tp_sites) differ between
+//   tp_masks_differ       draws inside tensor-parallel regions (ranks.tp_sites; with sequence
+//                         parallelism every draw site, on the rank's rows) differ between
 //                         every two ranks beyond chance (tp-seed-shared)
 //   outside_masks_equal   draws outside those regions are equal on every rank (dp-seed-per-rank)
 //   grads_match_one_rank  the group's full-shape gradients and parameters equal a one-rank run's of
@@ -199,6 +200,8 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
   if (one_rank_per_stage(g))
     return skipped(p, std::to_string(g.masks.size()) + " pipeline stages of one rank each: no tensor-parallel region");
   const auto tables = forward_table(g, /*inside=*/true);
+  // with sequence parallelism every draw is per-rank: on the rank's heads or on its rows
+  const std::string inside = g.sp ? "inside tensor-parallel regions or on sequence-parallel rows" : "inside tensor-parallel regions";
   std::set<MaskKey> keys;
   for (const auto& t : tables)
     for (const auto& [k, m] : t) keys.insert(k);
@@ -229,11 +232,11 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
       if (!worst || chance < worst->first)
         worst = {chance, "ranks " + std::to_string(a) + " and " + std::to_string(b) + " drew equal masks in " +
                              std::to_string(same.size()) + " of " + std::to_string(keys.size()) +
-                             " draws inside tensor-parallel regions (first: " + where(same.front()) + "; chance 10^" +
+                             " draws " + inside + " (first: " + where(same.front()) + "; chance 10^" +
                              fixed1(chance) + ")"};
     }
   if (worst && worst->first < std::log10(kChance)) return bad(p, Disposition::Incorrect, worst->second);
-  return passed(p, std::to_string(keys.size()) + " draws inside tensor-parallel regions differ across " +
+  return passed(p, std::to_string(keys.size()) + " draws " + inside + " differ across " +
                        std::to_string(tables.size()) + " ranks (" + std::to_string(pairs) + " pairs" +
                        (coincident ? ", " + std::to_string(coincident) + " equal by chance" : std::string()) +
                        "; all equal by chance: 10^" + fixed1(power) + ")");

@@ -840,12 +840,16 @@ sut_torch_ranks_faults)
   # grads_match_one_rank compares with). Clean: the four cross-rank checks pass or are skipped with
   # their reason (a tp 1 case: "tp 1: one rank"). Each planted rank fault (RECAP_RANK_FAULT, drivers/
   # recap_drivers/core/rank_faults.py) makes its own oracle incorrect, where the clean run passed it.
+  # Sequence parallel cases (sp) as well: their two faults (sp-block-no-fork, megatron-core 0.9.0's
+  # missing fork; sp-grad-not-reduced) are caught by tp_masks_differ and grads_match_one_rank.
   # Replay without --ranks: a file of tp 2 starts its group itself. Skipped (77) without torch.
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   masks="$src/tests/cli/data/tp2-masks.json"; grads="$src/tests/cli/data/tp2-grads.json"
+  # sequence parallel (tp 2, sp): every draw per-rank; every kind that splits or holds parameters whole
+  spmasks="$src/tests/cli/data/tp2-sp-masks.json"; spgrads="$src/tests/cli/data/tp2-sp-grads.json"
   "$recap" replay --sut torch --ranks 2 --backend sim "$masks" "$grads" "$src/tests/cli/data/torch-naive-eager.json" \
-    --report clean.json > clean.txt 2> err.txt
+    "$spmasks" "$spgrads" --report clean.json > clean.txt 2> err.txt
   rc=$?; cat clean.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
   expect clean.txt "rank_recompute_equal passed: 24 recompute draws on 2 ranks equal their forward draws" "clean masks: rank_recompute_equal"
@@ -855,10 +859,14 @@ sut_torch_ranks_faults)
   expect clean.txt "grads_match_one_rank passed: 300 tensors (30624 elements) within 1e-05 of the one-rank run" "clean grads: grads_match_one_rank"
   expect clean.txt "tp_masks_differ      skipped: no dropout draw inside a tensor-parallel region" "clean grads: nothing inside regions"
   expect clean.txt "rank_recompute_equal skipped: tp 1: one rank, nothing to compare across ranks" "a tp 1 case: skipped with the reason"
+  expect clean.txt "tp_masks_differ      passed: 18 draws inside tensor-parallel regions or on sequence-parallel rows differ across 2 ranks" "clean sp masks: tp_masks_differ"
+  expect clean.txt "grads_match_one_rank passed: 336 tensors (30912 elements) within 1e-05 of the one-rank run" "clean sp grads: grads_match_one_rank"
+  expect clean.txt "reference            passed: step 0, microbatch 0: 10 gradients against fp64" "clean sp masks: the reference applies the ranks' rows"
   validate_report clean.json
   ranks="rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank"
   for f in tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
-           dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads; do
+           dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
+           sp-block-no-fork:tp_masks_differ:spmasks sp-grad-not-reduced:grads_match_one_rank:spgrads; do
     fault=${f%%:*}; rest=${f#*:}; oracle=${rest%%:*}; file=$(eval echo \$${rest#*:})
     "$recap" replay --sut torch --backend sim "$file" --property "$ranks" --worker-env "RECAP_RANK_FAULT=$fault" \
       > "$fault.txt" 2> err.txt
@@ -884,7 +892,8 @@ sut_torch_ranks_fuzz_shrinks)
   # on the group: its counterexample keeps tp 2, and its corpus file replays (the group started
   # from the file's tp) incorrect with the fault and passes without it. A fault that fails on one
   # rank too (RECAP_DRIVER_FAULT=drop-recompute-mask, rng_ledger), found on a tp 2 case, is no
-  # cross-rank bug: it shrinks to tp 1. Seed 3's first case is of tp 2 (the report lists it).
+  # cross-rank bug: it shrinks to tp 1. Seed 9's first case is of tp 2, sequence parallel (the report lists it);
+  # tp-seed-shared's counterexample keeps tp 2 and drops sp, which it does not need.
   # --shrink-limit bounds the cost (each tp 2 evaluation runs on gloo). Skipped (77) without torch.
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
@@ -897,7 +906,7 @@ elif sys.argv[2] == "found": j = j["summary"]["failures"][0]["case"]
 print(j.get("tp", 1))
 PY
   }
-  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 3 --cases 1 --stop-on-first --shrink-limit 12 \
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 9 --cases 1 --stop-on-first --shrink-limit 12 \
     --worker-env RECAP_RANK_FAULT=tp-seed-shared --property tp_masks_differ --corpus-dir found --report r.json > out.txt 2> err.txt
   rc=$?; cat out.txt
   [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "tp-seed-shared: exit $rc, expected 1"; }
@@ -915,12 +924,29 @@ PY
   "$recap" replay --sut torch --backend sim "$cx" --property tp_masks_differ > clean.txt 2> err.txt
   rc=$?; cat clean.txt
   grep -Eq "^  tp_masks_differ +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
-  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 3 --cases 1 --stop-on-first --shrink-limit 12 \
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 9 --cases 1 --stop-on-first --shrink-limit 12 \
     --worker-env RECAP_DRIVER_FAULT=drop-recompute-mask --property rng_ledger --corpus-dir one --report one.json > one.txt 2> err.txt
   rc=$?; cat one.txt
   [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "drop-recompute-mask: exit $rc, expected 1"; }
   [ "$(tp_of one.json first)" = 2 ] || fail "drop-recompute-mask: the first case is not of tp 2"
   [ "$(tp_of one.json found)" = 1 ] || fail "a failure on one rank too must shrink to tp 1"
+  # sp-block-no-fork (megatron-core 0.9.0's missing fork) needs sequence parallelism: seed 7 draws an
+  # sp case second, finds it, and its counterexample keeps tp 2 with sp; it replays incorrect with the
+  # fault and passes without it.
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 7 --cases 12 --stop-on-first --shrink-limit 12 \
+    --worker-env RECAP_RANK_FAULT=sp-block-no-fork --property tp_masks_differ --corpus-dir spfound --report sp.json > sp.txt 2> err.txt
+  rc=$?; cat sp.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "sp-block-no-fork: exit $rc, expected 1"; }
+  validate_report sp.json
+  grep -q "on sequence-parallel rows" sp.txt || fail "sp-block-no-fork: not found on an sp case"
+  grep -q "diagnosis: sequence-parallel ranks draw equal masks" sp.txt || fail "sp-block-no-fork: the diagnosis"
+  set -- spfound/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one sp corpus file, found: $*"
+  "$py" -c "import json, sys; j = json.load(open(sys.argv[1])); sys.exit(0 if j.get('tp') == 2 and j.get('sp') is True else 1)" "$1" \
+    || fail "$1: the counterexample must keep tp 2 and sp"
+  "$recap" replay --sut torch --backend sim "$1" --property tp_masks_differ --worker-env RECAP_RANK_FAULT=sp-block-no-fork > spagain.txt 2> err.txt
+  grep -Eq "^  tp_masks_differ +incorrect: ranks 0 and 1 drew equal masks" spagain.txt || fail "the sp counterexample did not replay"
+  "$recap" replay --sut torch --backend sim "$1" --property tp_masks_differ > spclean.txt 2> err.txt
+  grep -Eq "^  tp_masks_differ +passed" spclean.txt || fail "without the fault the sp counterexample should pass"
   ;;
 sut_torch_pp_faults)
   # Pipeline stages (issue 22) on the CPU (gloo): cases of pp 2 run on a group of two ranks, one
@@ -965,7 +991,7 @@ sut_torch_pp_fuzz_shrinks)
   # early, so it shrinks toward 1 first. pp-send-stale (a stage sends the previous microbatch's
   # activation) fails the fp64 training oracle on the group alone: its counterexample keeps pp 2
   # while the rest shrinks, and its corpus file replays incorrect with the fault and passes without
-  # it. Seed 6's first case is of pp 2 (the report lists it). Skipped (77) without torch.
+  # it. Seed 8's first case is of pp 2 (the report lists it). Skipped (77) without torch.
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   field() {  # JSON-FILE KEY FIELD: a field of the report's first case / counterexample, or of a case file
@@ -977,7 +1003,7 @@ elif sys.argv[2] == "found": j = j["summary"]["failures"][0]["case"]
 print(j.get(sys.argv[3], 1))
 PY
   }
-  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 6 --cases 1 --stop-on-first --shrink-limit 12 \
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 8 --cases 1 --stop-on-first --shrink-limit 12 \
     --worker-env RECAP_RANK_FAULT=pp-send-stale --property training --corpus-dir found --report r.json > out.txt 2> err.txt
   rc=$?; cat out.txt
   [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "pp-send-stale: exit $rc, expected 1"; }

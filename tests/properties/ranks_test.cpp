@@ -566,6 +566,60 @@ TEST(Ranks, GeneratorsDrawPpFromAGroup) {
   EXPECT_GT(tp2, 20);
 }
 
+// A group that runs sequence parallelism (its hello's "sp": true) gets tp cases with sp, their tokens
+// a multiple of tp (each rank's rows); a group that does not, none.
+TEST(Ranks, GeneratorsDrawSpFromAGroupThatRunsIt) {
+  GenConfig group;
+  group.caps.tp = {2};
+  group.caps.pp = {2};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  for (const bool runs_sp : {true, false}) {
+    group.caps.sp = runs_sp;
+    const auto gen = gen_case(group);
+    int sp = 0, tp_alone = 0;
+    for (int i = 0; i < 200; ++i) {
+      const CaseSpec b = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 13), rc::kNominalSize).value();
+      EXPECT_EQ(training::validate(b), "");
+      tp_alone += b.tp == 2 && !b.sp;
+      if (!b.sp) continue;
+      ++sp;
+      EXPECT_EQ(b.tp, 2);
+      EXPECT_EQ(b.pp, 1);
+      EXPECT_EQ(b.model.tokens % 2, 0) << b.model.tokens;
+    }
+    if (runs_sp) {
+      EXPECT_GT(sp, 20);
+    } else {
+      EXPECT_EQ(sp, 0);
+    }
+    EXPECT_GT(tp_alone, 20);
+  }
+}
+
+// An sp case's shrinks try one rank first, and the same tp without sp (a failure that holds without
+// it is no sequence-parallel bug).
+TEST(Ranks, SpShrinksFirstToTheSameShapeWithoutIt) {
+  GenConfig group;
+  group.caps.tp = {2};
+  group.caps.sp = true;
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  int checked = 0;
+  for (int i = 0; i < 100 && checked < 5; ++i) {
+    auto s = gen(rc::Random(static_cast<uint64_t>(i) * 104729 + 7), rc::kNominalSize);
+    if (!s.value().sp) continue;
+    ++checked;
+    std::vector<std::pair<int, bool>> shapes;
+    auto seq = s.shrinks();
+    while (auto c = seq.next())
+      if (c->value().tp != 2 || !c->value().sp) shapes.push_back({c->value().tp, c->value().sp});
+    ASSERT_GE(shapes.size(), 2u);
+    EXPECT_EQ(shapes[0], std::make_pair(1, false));  // one rank first, as every group shape
+    EXPECT_NE(std::find(shapes.begin(), shapes.end(), std::make_pair(2, false)), shapes.end());
+  }
+  EXPECT_EQ(checked, 5);
+}
+
 // pp shrinks first too: a pp 2 case's first shrink is one rank's, and a failure that needs pp 2
 // keeps it while the layers shrink to one per stage.
 TEST(Ranks, PpShrinksFirstTowardOneRank) {

@@ -81,6 +81,17 @@ TEST(Capabilities, BadHellosAreOneLineNamingTheField) {
             "capabilities.per_executor.per-layer: restricted twice (also by per_layer)");
   EXPECT_EQ(error_of(Json::parse(R"({"per_layer":{"shared_pool_orders":["any"]}})")),
             "capabilities.per_layer.shared_pool_orders: none of its values is 'default' or 'interleaved'");
+  EXPECT_EQ(error_of(Json::parse(R"({"tp":[2],"sp":"yes"})")), "capabilities.sp: expected true or false, got a string");
+}
+
+// Issue 22: a rank group's hello says whether it runs its tp cases sequence parallel ("sp": true);
+// absent, or another system's hello, draws none.
+TEST(Capabilities, SequenceParallelIsTheGroupsToSay) {
+  Capabilities c;
+  ASSERT_EQ(capabilities_from_json(Json::parse(R"({"tp":[2],"pp":[2],"sp":true})"), &c), "");
+  EXPECT_TRUE(c.sp);
+  ASSERT_EQ(capabilities_from_json(Json::parse(R"({"tp":[2]})"), &c), "");
+  EXPECT_FALSE(c.sp);
 }
 
 }  // namespace

@@ -185,5 +185,27 @@ TEST(Spec, PipelineStages) {
   EXPECT_EQ(error_of("{" + layers + R"(, "pp": 8, "tp": 16})"), "pp 8 with tp 16: 128 ranks, at most 64");
 }
 
+// Issue 22: sp, sequence parallelism over the tp ranks: absent when false, round-trips when true,
+// and needs tp > 1 without pipeline stages (one line naming the field otherwise).
+TEST(Spec, SequenceParallel) {
+  CaseSpec a = acceptance_spec(ExecutorKind::Eager);
+  EXPECT_FALSE(a.sp);
+  EXPECT_FALSE(case_to_json(a).contains("sp"));
+  a.tp = 2;
+  a.sp = true;
+  Json j = case_to_json(a);
+  EXPECT_EQ(j["sp"], true);
+  CaseSpec b;
+  ASSERT_EQ(case_from_json(j, &b), "");
+  EXPECT_TRUE(b.sp);
+  EXPECT_EQ(b.tp, 2);
+  const std::string layers = R"("layers": [{"kind": "linear"}])";
+  EXPECT_EQ(error_of("{" + layers + R"(, "sp": true})"),
+            "sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1 and pp 1, got tp 1 pp 1");
+  EXPECT_EQ(error_of("{" + layers + R"(, "sp": true, "tp": 2, "pp": 2})"),
+            "sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1 and pp 1, got tp 2 pp 2");
+  EXPECT_EQ(error_of("{" + layers + R"(, "sp": 1, "tp": 2})"), "sp: expected true or false, got an integer");
+}
+
 }  // namespace
 }  // namespace recap::training

@@ -22,6 +22,13 @@ module constant where a fault could act. A bad value is refused at start-up (exi
                        step 1 microbatch 0 received step 0's last activation).
   pp-schedule-gpipe    every stage runs all forwards, then all backwards (GPipe), not 1F1B: the
                        gradients are right, the order is not (ranks_check.pp_schedule_1f1b).
+  sp-block-no-fork     with sequence parallelism, the layers run outside the tracker's fork (megatron-core
+                       0.9.0's TransformerBlock: `with rng_context and fp8_context:` entered the second
+                       context alone): every rank's rows and heads draw the shared generator's masks,
+                       which ranks_check.tp_masks_differ must catch.
+  sp-grad-not-reduced  with sequence parallelism, the gradients of parameters every rank holds whole
+                       (norms, row-parallel biases) are not summed over the group: each rank keeps its
+                       rows' part (ranks_check.grads_match_one_rank).
   kill-rank            the last rank SIGKILLs itself in its first forward, after its first layer (of its
                        stage, with pp): the leader must answer with one line naming the rank, and the
                        group exit.
@@ -33,7 +40,7 @@ import os
 from typing import Tuple
 
 KINDS = ("tp-seed-shared", "tp-recompute-stale", "dp-seed-per-rank", "tp-grad-not-reduced", "pp-stage-seed-shared",
-         "pp-send-stale", "pp-schedule-gpipe", "kill-rank")
+         "pp-send-stale", "pp-schedule-gpipe", "sp-block-no-fork", "sp-grad-not-reduced", "kill-rank")
 ENV = "RECAP_RANK_FAULT"
 
 

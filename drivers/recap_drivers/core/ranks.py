@@ -143,6 +143,7 @@ class GroupSUT:
         caps = dict(h.get("capabilities", {}))
         caps["tp"] = [self.world]
         caps["pp"] = [self.world]
+        caps["sp"] = True  # tp cases may be sequence parallel
         h["capabilities"] = caps
         h.pop("ops", None)  # measure is not served by a rank group (yet): a client then asks for none
         return h
@@ -248,7 +249,7 @@ class GroupSUT:
 
 # -- the gathered observation --
 
-RANK_KEYS = ("rank_shards", "rank_tp_sites", "rank_pp")
+RANK_KEYS = ("rank_shards", "rank_tp_sites", "rank_pp", "rank_sp")
 
 
 def _tensor(f: Frame) -> torch.Tensor:
@@ -397,6 +398,8 @@ def merge(replies: List[Tuple[Dict[str, Any], List[Frame]]], shapes: List[Tuple[
     shards = hs[0].get("rank_shards", [])
     base["ranks"] = {"world": world, "tp": world, "backend": backend, "shards": shards,
                      "tp_sites": list(hs[0].get("rank_tp_sites", []))}
+    if hs[0].get("rank_sp"):
+        base["ranks"]["sp"] = True
     if any("rank_pp" in h for h in hs):
         return merge_pp(base, hs, fr, shapes)
     _statuses(base, hs)

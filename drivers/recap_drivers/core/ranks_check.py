@@ -9,7 +9,8 @@ that observed nothing is skipped with the reason. No torch here.
 
   recompute_equal        on every rank, every recompute draw equals its forward draw, and every
                          checkpointed forward draw was recomputed
-  tp_masks_differ        draws inside tensor-parallel regions (`ranks.tp_sites`) differ between every
+  tp_masks_differ        draws inside tensor-parallel regions (`ranks.tp_sites`; with sequence parallelism,
+                         `ranks.sp`, every draw site: on the rank's rows) differ between every
                          two ranks; small masks coincide by chance, so a pair fails only when the
                          chance of its coincidences is below 1e-6 (planted: tp-seed-shared)
   outside_masks_equal    draws outside those regions are equal on every rank (dp-seed-per-rank)
@@ -142,6 +143,9 @@ def _forward_table(ranks: List[Dict[str, List[Dict[str, Any]]]], inside: bool,
 def tp_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
     name = "tp_masks_differ"
     sites = list(h.get("ranks", {}).get("tp_sites", []))
+    # with sequence parallelism every draw is per-rank: on the rank's heads or on its rows
+    inside = ("inside tensor-parallel regions or on sequence-parallel rows" if h.get("ranks", {}).get("sp")
+              else "inside tensor-parallel regions")
     ranks = _per_rank(h)
     tables = _forward_table(ranks, True, sites)
     keys = set().union(*[set(t) for t in tables]) if tables else set()
@@ -175,11 +179,11 @@ def tp_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
                 chance = sum(_log10_chance(_site_p(case, k[1]), int(tables[a][k]["numel"])) for k in same)
                 if worst is None or chance < worst[0]:
                     k0 = sorted(same)[0]
-                    worst = (chance, f"ranks {a} and {b} drew equal masks in {len(same)} of {len(keys)} draws inside "
-                                     f"tensor-parallel regions (first: step {k0[0]} {k0[1]} mb {k0[3]}; chance 10^{chance:.1f})")
+                    worst = (chance, f"ranks {a} and {b} drew equal masks in {len(same)} of {len(keys)} draws {inside} "
+                                     f"(first: step {k0[0]} {k0[1]} mb {k0[3]}; chance 10^{chance:.1f})")
     if worst is not None and worst[0] < math.log10(CHANCE):
         return verdict(name, "failed", worst[1], **ev)
-    return verdict(name, "passed", f"{len(keys)} draws inside tensor-parallel regions differ across {len(ranks)} ranks"
+    return verdict(name, "passed", f"{len(keys)} draws {inside} differ across {len(ranks)} ranks"
                                    + (f" ({ev['coincident']} equal by chance)" if ev["coincident"] else ""), **ev)
 
 

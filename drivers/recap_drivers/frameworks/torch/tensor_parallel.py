@@ -28,6 +28,24 @@ random.py's CheckpointFunction does (forward: `ctx.rng_states = _get_all_rng_sta
 `_set_all_rng_states(*ctx.rng_states)` inside `_fork_rng()`); torch.utils.checkpoint itself
 restores only the default generator, so without this every recompute inside a region would draw
 from an advanced tracker state.
+
+Sequence parallelism (a case's "sp", megatron-core's `sequence_parallel`): between the
+tensor-parallel regions each rank holds its own slice of the sequence (tokens r*T/N .. (r+1)*T/N),
+not the whole activation. The first layer takes the rank's rows of the input and the last gathers
+the rows again (_ScatterToSequenceParallelRegion, _GatherFromSequenceParallelRegion); a
+column-parallel layer all-gathers the rows where it would copy its input into the region (backward:
+reduce-scatter), a row-parallel one reduce-scatters the rows where it would all-reduce (backward:
+all-gather). Norms, dropouts and residual adds run on the rank's rows. So:
+  - every top-level layer runs inside the tracker's fork, as megatron-core's TransformerBlock runs
+    its layers under `get_cuda_rng_tracker().fork()` when sequence_parallel is set: a dropout on the
+    rank's rows draws from the rank's own generator (equal masks on different rows would correlate
+    the dropout of the whole sequence); DotProductAttention then does not fork again. Every draw
+    site is per-rank (`rank_tp_sites`), its full mask the ranks' masks in rank order.
+  - a parameter every rank holds whole (norms, a row-parallel bias) sees only the rank's rows, so
+    its gradient is summed over the group (megatron-core finalize_model_grads, for parameters
+    marked `sequence_parallel`). Here a hook sums each contribution as backward computes it, so the
+    gradient after every microbatch is the whole one (recap compares per-microbatch gradients);
+    megatron-core sums the accumulated gradient once, after the last microbatch.
 """
 
 from __future__ import annotations
@@ -94,10 +112,10 @@ class RngTracker:
 
 
 class Ctx:
-    """One rank's view of the tensor-parallel group."""
+    """One rank's view of the tensor-parallel group; sp: sequence parallel."""
 
-    def __init__(self, rank: int, world: int, device: torch.device, tracker: RngTracker) -> None:
-        self.rank, self.world, self.device, self.tracker = rank, world, device, tracker
+    def __init__(self, rank: int, world: int, device: torch.device, tracker: RngTracker, sp: bool = False) -> None:
+        self.rank, self.world, self.device, self.tracker, self.sp = rank, world, device, tracker, sp
 
     def even(self, n: int, offset: int = 0) -> Ranges:
         k = n // self.world
@@ -152,6 +170,77 @@ class _GatherFromRegion(torch.autograd.Function):
         return g.narrow(-1, ctx.rank * ctx.width, ctx.width).contiguous()
 
 
+# -- sequence parallelism: the rows (dimension 0, the sequence) split over the group --
+
+def _rows_of_rank(x: torch.Tensor) -> torch.Tensor:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    n = x.shape[0] // world
+    return x.narrow(0, rank * n, n).contiguous()
+
+
+def _all_gather_rows(x: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    out = torch.empty((x.shape[0] * dist.get_world_size(),) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.all_gather_into_tensor(out, x)
+    return out
+
+
+def _reduce_scatter_rows(x: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    out = torch.empty((x.shape[0] // dist.get_world_size(),) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_tensor(out, x)
+    return out
+
+
+class _ScatterToSeq(torch.autograd.Function):
+    """The rank's rows of a whole activation; backward all-gathers (megatron-core
+    _ScatterToSequenceParallelRegion)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return _rows_of_rank(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return _all_gather_rows(g)
+
+
+class _GatherFromSeq(torch.autograd.Function):
+    """All-gather of the rows; backward reduce-scatters where the consumer is tensor-parallel (its
+    input gradients are partial sums), else keeps the rank's rows (megatron-core
+    _GatherFromSequenceParallelRegion, tensor_parallel_output_grad)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, partial_grad: bool) -> torch.Tensor:
+        ctx.partial_grad = partial_grad
+        return _all_gather_rows(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Tuple[torch.Tensor, None]:
+        if ctx.partial_grad and rank_faults.FAULT != "tp-grad-not-reduced":
+            return _reduce_scatter_rows(g), None
+        return _rows_of_rank(g), None
+
+
+class _ReduceScatterToSeq(torch.autograd.Function):
+    """Partial sums reduce-scattered over the rows; backward all-gathers (megatron-core
+    _ReduceScatterToSequenceParallelRegion)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return _reduce_scatter_rows(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return _all_gather_rows(g)
+
+
+def _sum_over_group(g: torch.Tensor) -> torch.Tensor:
+    g = g.contiguous().clone()
+    dist.all_reduce(g)
+    return g
+
+
 def _gather_ranges(full: torch.Tensor, dim: int, ranges: Ranges) -> torch.Tensor:
     return torch.cat([full.narrow(dim, a, b - a) for a, b in ranges], dim=dim)
 
@@ -166,8 +255,9 @@ class ColumnLinear(L.WeightBias, Sharded):
     """Weight rows (and bias) split; input copied into the region; output local or all-gathered."""
 
     def __init__(self, path: str, top: int, n_in: int, ranges_of: Callable[[int], Ranges], world: int, rank: int,
-                 bias: bool, gather: bool, dt: torch.dtype, dev: torch.device) -> None:
+                 bias: bool, gather: bool, dt: torch.dtype, dev: torch.device, sp: bool = False) -> None:
         super().__init__(path, top)
+        self.sp = sp
         mine = ranges_of(rank)
         rows = sum(b - a for a, b in mine)
         self.weight = nn.Parameter(torch.zeros(rows, n_in, dtype=dt, device=dev))
@@ -179,8 +269,12 @@ class ColumnLinear(L.WeightBias, Sharded):
             self.shard_spec[path + ".bias"] = (0, every)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(_CopyToRegion.apply(x), self.weight, self.bias)
-        return _GatherFromRegion.apply(y) if self.gather else y
+        x = _GatherFromSeq.apply(x, True) if self.sp else _CopyToRegion.apply(x)
+        y = F.linear(x, self.weight, self.bias)
+        if not self.gather:
+            return y
+        y = _GatherFromRegion.apply(y)
+        return _ScatterToSeq.apply(y) if self.sp else y  # the whole output, then the rank's rows again
 
 
 class RowLinear(L.WeightBias, Sharded):
@@ -188,15 +282,17 @@ class RowLinear(L.WeightBias, Sharded):
     replicated bias (megatron-core's RowParallelLinear adds it after the reduction)."""
 
     def __init__(self, path: str, top: int, n_out: int, ranges_of: Callable[[int], Ranges], world: int, rank: int,
-                 bias: bool, dt: torch.dtype, dev: torch.device) -> None:
+                 bias: bool, dt: torch.dtype, dev: torch.device, sp: bool = False) -> None:
         super().__init__(path, top)
+        self.sp = sp
         cols = sum(b - a for a, b in ranges_of(rank))
         self.weight = nn.Parameter(torch.zeros(n_out, cols, dtype=dt, device=dev))
         self.bias = nn.Parameter(torch.zeros(n_out, dtype=dt, device=dev)) if bias else None
         self.shard_spec = {path + ".weight": (1, [ranges_of(r) for r in range(world)])}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = _ReduceFromRegion.apply(F.linear(x, self.weight))
+        part = F.linear(x, self.weight)
+        y = _ReduceScatterToSeq.apply(part) if self.sp else _ReduceFromRegion.apply(part)
         return y + self.bias if self.bias is not None else y
 
 
@@ -204,9 +300,10 @@ class TPSwiGlu(L.RecapModule):
     def __init__(self, path: str, top: int, h: int, ffn: int, ctx: Ctx, dt: torch.dtype, dev: torch.device) -> None:
         super().__init__(path, top)
         W, r = ctx.world, ctx.rank
-        self.gate = ColumnLinear(path + ".gate", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, False, dt, dev)
-        self.up = ColumnLinear(path + ".up", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, False, dt, dev)
-        self.down = RowLinear(path + ".down", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, dt, dev)
+        sp = ctx.sp
+        self.gate = ColumnLinear(path + ".gate", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, False, dt, dev, sp)
+        self.up = ColumnLinear(path + ".up", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, False, dt, dev, sp)
+        self.down = RowLinear(path + ".down", top, h, lambda k: ctx.even_of(ffn, k), W, r, False, dt, dev, sp)
 
     def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
         return self.gate.recap_params() + self.up.recap_params() + self.down.recap_params()
@@ -223,19 +320,20 @@ def _attention(path: str, top: int, h: int, heads: int, p: float, ctx: Ctx, dt: 
     def qkv_rows(k: int) -> Ranges:  # the rank's heads' rows of q, k and v (recap's [q | k | v] layout)
         return [(j * h + k * hl, j * h + (k + 1) * hl) for j in range(3)]
 
-    qkv = ColumnLinear(path + ".qkv", top, h, qkv_rows, W, r, True, False, dt, dev)
+    qkv = ColumnLinear(path + ".qkv", top, h, qkv_rows, W, r, True, False, dt, dev, ctx.sp)
     core = L.AttentionCore(path + ".core", top, hl, heads // W, p)
-    core.rng_context = lambda: ctx.tracker.fork(TP_RNG)  # type: ignore[assignment]  # inside the region: the rank's own generator
+    if not ctx.sp:  # inside the region: the rank's own generator (with sp the whole layer runs in the fork)
+        core.rng_context = lambda: ctx.tracker.fork(TP_RNG)  # type: ignore[assignment]
     if p > 0.0:
         tp_sites.append(path + ".core")
-    proj = RowLinear(path + ".proj", top, h, lambda k: ctx.even_of(h, k), W, r, True, dt, dev)
+    proj = RowLinear(path + ".proj", top, h, lambda k: ctx.even_of(h, k), W, r, True, dt, dev, ctx.sp)
     return L.Chain(path, top, [qkv, w(core, "attn_core"), proj])
 
 
 def _mlp(path: str, top: int, h: int, ffn: int, p: float, ctx: Ctx, dt: torch.dtype, dev: torch.device) -> L.Chain:
     W, r = ctx.world, ctx.rank
-    fc1 = ColumnLinear(path + ".fc1", top, h, lambda k: ctx.even_of(ffn, k), W, r, True, False, dt, dev)
-    fc2 = RowLinear(path + ".fc2", top, h, lambda k: ctx.even_of(ffn, k), W, r, True, dt, dev)
+    fc1 = ColumnLinear(path + ".fc1", top, h, lambda k: ctx.even_of(ffn, k), W, r, True, False, dt, dev, ctx.sp)
+    fc2 = RowLinear(path + ".fc2", top, h, lambda k: ctx.even_of(ffn, k), W, r, True, dt, dev, ctx.sp)
     return L.Chain(path, top, [fc1, L.Gelu(path + ".gelu", top), fc2, L.Dropout(path + ".dropout", top, p)])
 
 
@@ -246,7 +344,7 @@ def build_tp_layer(c: case_mod.Case, i: int, ctx: Ctx, w: L.WrapFn, tp_sites: Li
     k = l.kind
     m: nn.Module
     if k == "linear":
-        m = ColumnLinear(name, i, h, lambda r: ctx.even_of(h, r), ctx.world, ctx.rank, True, True, dt, dev)
+        m = ColumnLinear(name, i, h, lambda r: ctx.even_of(h, r), ctx.world, ctx.rank, True, True, dt, dev, ctx.sp)
     elif k == "swiglu":
         m = TPSwiGlu(name, i, h, c.ffn(l), ctx, dt, dev)
     elif k == "attention":
@@ -292,6 +390,29 @@ class TPCheckpoint(L.Checkpoint):
         return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=self.use_reentrant, preserve_rng_state=True)
 
 
+class SPLayer(nn.Module):
+    """A top-level layer under sequence parallelism: it runs inside the tracker's fork (megatron-core
+    TransformerBlock.forward with sequence_parallel); the first layer takes the rank's rows of the
+    input, the last gathers the rows of its output (the loss is computed whole on every rank)."""
+
+    def __init__(self, inner: nn.Module, tracker: RngTracker, first: bool, last: bool) -> None:
+        super().__init__()
+        self.inner, self.tracker, self.first, self.last = inner, tracker, first, last
+
+    def recap_params(self) -> List[Tuple[str, nn.Parameter]]:
+        return L.recap_params_of(self.inner)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first:
+            x = _ScatterToSeq.apply(x)
+        # planted: megatron-core 0.9.0's TransformerBlock entered `rng_context and fp8_context`, the
+        # second context alone, so no fork: every rank's rows drew the shared generator's masks
+        fork = contextlib.nullcontext() if rank_faults.FAULT == "sp-block-no-fork" else self.tracker.fork(TP_RNG)
+        with fork:
+            y = self.inner(x)
+        return _GatherFromSeq.apply(y, False) if self.last else y
+
+
 class TPModel(L.RecapParamList):
     """recap's stack split over the tensor-parallel group; `named` holds this rank's shards under
     recap's names, `shards` how each parameter is split (None: replicated)."""
@@ -301,10 +422,16 @@ class TPModel(L.RecapParamList):
         self.case = c
         use_reentrant = c.checkpoint_style == "reentrant"
         self.tp_sites: List[str] = []
-        self.layers = nn.ModuleList([
-            build_tp_layer(c, i, ctx, L.make_wrap(c, i, lambda m: TPCheckpoint(m, use_reentrant, ctx.tracker)),
-                           self.tp_sites)
-            for i in range(len(c.layers))])
+        built = [build_tp_layer(c, i, ctx, L.make_wrap(c, i, lambda m: TPCheckpoint(m, use_reentrant, ctx.tracker)),
+                                self.tp_sites) for i in range(len(c.layers))]
+        self.sp = ctx.sp
+        if ctx.sp:
+            n = len(built)
+            built = [SPLayer(m, ctx.tracker, i == 0, i == n - 1) for i, m in enumerate(built)]  # type: ignore[misc]
+            # every draw is on the rank's rows or heads, from its own generator
+            self.tp_sites = [m.recap_path for m in nn.ModuleList(built).modules()
+                             if isinstance(m, (L.Dropout, L.AttentionCore)) and m.p > 0.0]
+        self.layers = nn.ModuleList(built)
         self.named = []
         for l in self.layers:
             self.named += L.recap_params_of(l)
@@ -314,6 +441,10 @@ class TPModel(L.RecapParamList):
             if isinstance(m, Sharded):
                 spec.update(m.shard_spec)
         self.spec = spec
+        if ctx.sp and rank_faults.FAULT != "sp-grad-not-reduced":  # planted: each rank keeps its rows' part
+            for name, p in self.named:
+                if name not in spec:  # held whole, fed the rank's rows: its gradient is summed over the group
+                    p.register_hook(_sum_over_group)
 
     def layer_params(self, i: int) -> List[nn.Parameter]:
         return [p for _, p in L.recap_params_of(self.layers[i])]
@@ -356,6 +487,8 @@ def tp_problem(c: case_mod.Case, world: int) -> str:
             return f"tp {world}: {name}'s ffn width {c.ffn(l)} is not a multiple of {world}"
         if l.kind == "linear" and c.hidden % world:
             return f"tp {world}: {name}'s hidden {c.hidden} is not a multiple of {world}"
+    if c.sp and c.tokens % world:
+        return f"sp with tp {world}: tokens {c.tokens} is not a multiple of {world} (each rank holds tokens / tp rows)"
     return ""
 
 
@@ -374,7 +507,7 @@ class TPRunner(TorchRunner):
         tp_rank = 0 if (rank_faults.FAULT == "tp-seed-shared" and rank == 1) else rank  # planted: rank 1 as rank 0
         tracker.add(TP_RNG, c.seed_rng + TP_SEED_OFFSET + tp_rank)
         self.tracker = tracker
-        model = TPModel(c, Ctx(rank, world, self.dev, tracker))
+        model = TPModel(c, Ctx(rank, world, self.dev, tracker, c.sp))
         if rank_faults.FAULT == "kill-rank" and rank == world - 1:
             first = model.layers[0]
             orig = first.forward
@@ -393,7 +526,7 @@ def rank_extras(model: Optional[TPModel]) -> Dict[str, Any]:
     """What a rank's observation adds for the leader (core/ranks.py merges it into `ranks`)."""
     if model is None:
         return {}
-    return {"rank_shards": model.shard_table(), "rank_tp_sites": list(model.tp_sites)}
+    return {"rank_shards": model.shard_table(), "rank_tp_sites": list(model.tp_sites), "rank_sp": model.sp}
 
 
 class TorchRankSUT(TorchSUT):
@@ -411,6 +544,7 @@ class TorchRankSUT(TorchSUT):
         caps["executor"] = ["eager"]
         caps["tp"] = [self.world]
         caps["pp"] = [self.world]
+        caps["sp"] = True
         return caps
 
     def why_skipped(self, c: case_mod.Case) -> str:
