@@ -342,21 +342,23 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1, false); });
   // A rank group: the group's shape (tp, pp) is drawn first, so that RapidCheck shrinks it first,
   // toward (1, 1) (a failure that still happens on one rank is no cross-rank bug), keeping N where
-  // only N fails. Shapes the group runs: tp * pp is one of its sizes (its tp and pp values), and,
-  // where the group runs sequence parallelism, tp shapes with sp (after the same shape without it,
-  // toward which they shrink). A shape is tp * 1000 + pp * 10 + sp.
-  std::vector<int> sizes = caps.tp;
-  sizes.insert(sizes.end(), caps.pp.begin(), caps.pp.end());
+  // only N fails. Shapes the group runs: tp * pp is its number of ranks (the largest of its tp and
+  // pp values: a group of 4 lists tp [2, 4] and pp [2, 4], and runs tp 4, pp 4, or tp 2 with pp 2),
+  // and, where the group runs sequence parallelism, each shape of tp > 1 with sp (after the shapes
+  // without it, toward which they shrink). A shape is tp * 1000 + pp * 10 + sp.
+  int world = 1;
+  for (int v : caps.tp) world = std::max(world, v);
+  for (int v : caps.pp) world = std::max(world, v);
   std::vector<int> tp_values = {1}, pp_values = {1};
   tp_values.insert(tp_values.end(), caps.tp.begin(), caps.tp.end());
   pp_values.insert(pp_values.end(), caps.pp.begin(), caps.pp.end());
   std::vector<std::pair<int, int>> shapes = {{1, 1010}};  // (weight, shape): one rank first
   for (int t : tp_values)
     for (int p : pp_values)
-      if (t * p > 1 && has(sizes, t * p)) shapes.push_back({2, t * 1000 + p * 10});
+      if (t * p > 1 && t * p == world) shapes.push_back({2, t * 1000 + p * 10});
   if (caps.sp)
-    for (int t : caps.tp)
-      if (t > 1) shapes.push_back({2, t * 1000 + 10 + 1});
+    for (size_t i = 1, n = shapes.size(); i < n; ++i)
+      if (shapes[i].second / 1000 > 1) shapes.push_back({2, shapes[i].second + 1});
   return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw), [=](const std::tuple<int, CaseDraw>& t) {
     const int shape = std::get<0>(t);
     return build(std::get<1>(t), shape / 1000, shape % 1000 / 10, shape % 10 == 1);

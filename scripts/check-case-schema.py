@@ -270,7 +270,7 @@ PROBES: List[Tuple[str, bool, List[Callable[[Dict[str, Any]], None]], bool]] = [
     ("sp: false", True, [with_("sp", False)], True),
     ("sp with tp 2", True, [with_("tp", 2), with_("sp", True)], True),
     ("sp without tp", False, [with_("sp", True)], True),
-    ("sp with tp 2 and pp 2", False, [with_("tp", 2), with_("pp", 2), with_("sp", True)], True),
+    ("sp with tp 2 and pp 2", True, [with_("tp", 2), with_("pp", 2), with_("sp", True)], True),
     ("sp: 1", False, [with_("tp", 2), with_("sp", 1)], True),
     ("seeds: 0 and u64 max", True, [with_("seeds", {"param": 0, "data": U64_MAX, "rng": 0})], True),
     ("seeds: -1", False, [with_("seeds.param", -1)], True),

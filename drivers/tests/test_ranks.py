@@ -4,6 +4,7 @@ fault, and a rank lost in the middle of a request. Skips without torch or gloo."
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -433,6 +434,79 @@ class SequenceParallelTest(unittest.TestCase):
         h, _ = self.group.recv()
         self.assertEqual(h["op"], "error")  # sp without tp > 1: a malformed case
         self.assertIn("sp", h["message"])
+
+
+def data_case(name: str) -> Dict[str, Any]:
+    with open(os.path.join(os.path.dirname(DRIVERS), "tests", "cli", "data", name + ".json")) as fh:
+        c: Dict[str, Any] = json.load(fh)
+    return c
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class TpInsidePpTest(unittest.TestCase):
+    """tp 2 inside pp 2 stages on a group of 4 (tests/cli/data/tp2-pp2-*.json): rank r is stage r // 2,
+    tensor-parallel rank r % 2; each stage's ranks split its layers, the stages run 1F1B."""
+
+    group: Worker
+    hello: Dict[str, Any]
+    m: Reply
+    g: Reply
+    one_g: Reply
+    M: Dict[str, Any]
+    G: Dict[str, Any]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.M, cls.G = data_case("tp2-pp2-masks"), data_case("tp2-pp2-grads")
+        cls.group = Worker("--ranks", "4")
+        one = Worker()
+        try:
+            cls.hello, _ = cls.group.request({"op": "hello", "protocol": "recap.worker/1"})
+            cls.m = run(cls.group, cls.M, tp=2, pp=2)
+            cls.g = run(cls.group, cls.G, rid=2, tp=2, pp=2)
+            cls.one_g = run(one, dict(cls.G, tp=1, pp=1, sp=False))
+        finally:
+            one.close()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.group.close()
+
+    def test_hello_lists_every_shape(self) -> None:
+        self.assertEqual(self.hello["capabilities"]["tp"], [2, 4])
+        self.assertEqual(self.hello["capabilities"]["pp"], [2, 4])
+
+    def test_observation_and_oracles(self) -> None:
+        h, f = self.m
+        self.assertEqual(h["status"], "ok", h["reason"])
+        self.assertEqual((h["ranks"]["tp"], h["ranks"]["pp"], h["ranks"]["stages"]), (2, 2, [0, 0, 1, 1]))
+        self.assertEqual(h["ranks"]["tp_sites"], ["block0.attn.core", "block2.attn.core"])
+        v = {x["check"]: x for x in rc.check_all(h, f, self.M)}
+        for name in ("recompute_equal", "tp_masks_differ", "outside_masks_equal", "pp_schedule_1f1b", "pp_stage_masks_differ"):
+            self.assertEqual(v[name]["verdict"], "passed", (name, v[name]["reason"]))
+        self.assertEqual(v["tp_masks_differ"]["evidence"]["pairs"], 2)  # ranks 0-1 and 2-3: one pair per stage
+        h, f = self.g
+        self.assertEqual(h["status"], "ok", h["reason"])
+        v = {x["check"]: x for x in rc.check_all(h, f, self.G, self.one_g)}
+        gm = v["grads_match_one_rank"]
+        self.assertEqual(gm["verdict"], "passed", gm["reason"])
+        self.assertGreater(gm["evidence"]["tolerance"], 0.0)  # tp sums partial products: not bitwise
+        self.assertGreater(gm["evidence"]["replicated_compared"], 0)
+        self.assertEqual(v["pp_schedule_1f1b"]["verdict"], "passed")
+
+    def test_shared_stage_seed_and_unreduced_sp_gradients(self) -> None:
+        w = Worker("--ranks", "4", env_extra={"RECAP_RANK_FAULT": "pp-stage-seed-shared"})
+        try:
+            h, f = run(w, self.M, tp=2, pp=2)
+        finally:
+            w.close()
+        self.assertEqual(rc.pp_stage_masks_differ(h, self.M)["verdict"], "failed")
+        w = Worker("--ranks", "4", env_extra={"RECAP_RANK_FAULT": "sp-grad-not-reduced"})
+        try:
+            h, f = run(w, self.G, tp=2, pp=2)
+        finally:
+            w.close()
+        self.assertEqual(rc.grads_match_one_rank(h, f, self.one_g[0], self.one_g[1], self.G)["verdict"], "failed")
 
 
 @unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")

@@ -286,6 +286,8 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     std::vector<std::vector<MaskDraw>> mask_draws;  // per step: another system's draws as it reported them
     const bool group = h.contains("ranks") && h["ranks"].is_object();  // a rank group's reply
     const int world = group ? h["ranks"].value("world", 1) : 1;
+    // the ranks of one stage (tp of them; all with no pipeline stages) hold a site's masks
+    const int group_tp = std::max(1, std::min(world, group ? h["ranks"].value("tp", world) : 1));
     const std::vector<std::string> tp_sites = group ? h["ranks"].value("tp_sites", std::vector<std::string>{})
                                                     : std::vector<std::string>{};
     // A pipeline group: the rank that ran each top-level layer (the first rank of its stage), whose
@@ -374,7 +376,7 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
               const int owner = rank_of_site(e.site.layer);
               std::vector<uint8_t> full;
               bool whole = owner >= 0;
-              for (int r = owner; r < (inside ? world : owner + 1) && whole; ++r) {
+              for (int r = owner; r < (inside ? owner + group_tp : owner + 1) && whole; ++r) {
                 const Frame* f = m.frame(name + " @" + std::to_string(r));
                 whole = f && f->dtype == "u8" && (r > owner || f->bytes.size() == e.count);
                 if (whole) full.insert(full.end(), f->bytes.begin(), f->bytes.end());

@@ -25,8 +25,8 @@
 //                                                rank group, drivers/PROTOCOL.md "Rank groups")
 //     "pp": 1,                                  (pipeline stages: 1 .. 64, default 1; tp * pp ranks,
 //                                                at most 64, run the case)
-//     "sp": false,                              (sequence parallelism over the tp ranks: needs tp > 1
-//                                                and pp 1; default false)
+//     "sp": false,                              (sequence parallelism over the tp ranks: needs tp > 1;
+//                                                default false)
 //     "faults": ["rng-offset-baked"],          (fault points, docs/faults.md; absent: none)
 //     "expected": <any JSON, kept as is for the corpus>
 //   }
@@ -131,7 +131,7 @@ struct CaseSpec {
   // stages on a rank group of tp * P ranks, which recap's runtime does not model either.
   int pp = 1;
   // Sequence parallelism (issue 22, megatron-core's sequence_parallel): between tensor-parallel
-  // regions each of the tp ranks holds tokens / tp rows. Needs tp > 1 and pp 1.
+  // regions each of the tp ranks holds tokens / tp rows. Needs tp > 1.
   bool sp = false;
   // Fault points on while the case runs (harness/runtime/faults.h): a reproducer of a broken
   // mechanism carries the fault it needs. Empty for every real case.

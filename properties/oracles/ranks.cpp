@@ -19,7 +19,8 @@
 //                         probability, differ beyond chance: each stage draws its own stream
 //                         (pp-stage-seed-shared)
 // With pipeline stages the mask checks compare ranks of one stage only (other stages run other
-// layers from other seeds).
+// layers from other seeds); with tp inside the stages, each rank against its stage's first, and
+// grads_match_one_rank within the tolerance, not bitwise.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -94,6 +95,12 @@ std::vector<std::map<MaskKey, const RankMask*>> forward_table(const RankGroupRun
 // Every rank's stage (all 0 without pipeline stages), and how many stages there are.
 int stage_of(const RankGroupRun& g, size_t rank) { return rank < g.stages.size() ? g.stages[rank] : 0; }
 int stage_count(const RankGroupRun& g) { return static_cast<int>(std::set<int>(g.stages.begin(), g.stages.end()).size()); }
+// The first rank of rank's stage (the ranks of a stage run the same layers).
+size_t stage_first(const RankGroupRun& g, size_t rank) {
+  for (size_t r = 0; r < rank; ++r)
+    if (stage_of(g, r) == stage_of(g, rank)) return r;
+  return rank;
+}
 bool one_rank_per_stage(const RankGroupRun& g) { return stage_count(g) > 1 && stage_count(g) == static_cast<int>(g.masks.size()); }
 
 // The dropout probability of draw site `layer` ("attention0.core": layer 0's).
@@ -206,13 +213,22 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
   for (const auto& t : tables)
     for (const auto& [k, m] : t) keys.insert(k);
   if (keys.empty()) return skipped(p, "no dropout draw inside a tensor-parallel region");
-  for (const MaskKey& k : keys)
+  // every rank of a stage that drew it (the stage's layers) drew it too
+  std::map<MaskKey, uint64_t> numel;
+  for (const MaskKey& k : keys) {
+    std::set<int> have;
     for (size_t rank = 0; rank < tables.size(); ++rank)
-      if (!tables[rank].count(k))
+      if (tables[rank].count(k)) {
+        have.insert(stage_of(g, rank));
+        numel[k] = tables[rank].at(k)->numel;
+      }
+    for (size_t rank = 0; rank < tables.size(); ++rank)
+      if (have.count(stage_of(g, rank)) && !tables[rank].count(k))
         return bad(p, Disposition::Incorrect, where(k) + ": rank " + std::to_string(rank) + " made no such draw");
+  }
   // how unlikely it is that every draw coincides on two ranks by chance; too likely: skipped
   double power = 0;
-  for (const MaskKey& k : keys) power += log10_chance(site_p(r.spec, std::get<1>(k)), tables[0].at(k)->numel);
+  for (const MaskKey& k : keys) power += log10_chance(site_p(r.spec, std::get<1>(k)), numel.at(k));
   if (power > std::log10(kChance))
     return skipped(p, "the masks are too small to tell ranks apart: equal masks on every draw would happen by chance "
                       "with probability 10^" + fixed1(power));
@@ -224,11 +240,11 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
       ++pairs;
       std::vector<MaskKey> same;
       for (const MaskKey& k : keys)
-        if (tables[a].at(k)->digest == tables[b].at(k)->digest) same.push_back(k);
+        if (tables[a].count(k) && tables[b].count(k) && tables[a].at(k)->digest == tables[b].at(k)->digest) same.push_back(k);
       coincident += same.size();
       if (same.empty()) continue;
       double chance = 0;
-      for (const MaskKey& k : same) chance += log10_chance(site_p(r.spec, std::get<1>(k)), tables[a].at(k)->numel);
+      for (const MaskKey& k : same) chance += log10_chance(site_p(r.spec, std::get<1>(k)), numel.at(k));
       if (!worst || chance < worst->first)
         worst = {chance, "ranks " + std::to_string(a) + " and " + std::to_string(b) + " drew equal masks in " +
                              std::to_string(same.size()) + " of " + std::to_string(keys.size()) +
@@ -253,9 +269,12 @@ CheckResult outside_masks_equal_check(const RunResult& r) {
   bool any = false;
   for (const auto& t : tables) any = any || !t.empty();
   if (!any) return skipped(p, "no dropout draw outside the tensor-parallel regions");
-  const auto& ref = tables[0];
+  size_t compared = 0;
   for (size_t rank = 1; rank < tables.size(); ++rank) {
-    if (stage_of(g, rank) != stage_of(g, 0)) continue;  // only ranks of one stage run the same layers
+    const size_t first = stage_first(g, rank);  // only ranks of one stage run the same layers
+    if (first == rank) continue;
+    const auto& ref = tables[first];
+    compared += ref.size();
     std::set<MaskKey> keys;
     for (const auto& [k, m] : ref) keys.insert(k);
     for (const auto& [k, m] : tables[rank]) keys.insert(k);
@@ -263,14 +282,17 @@ CheckResult outside_masks_equal_check(const RunResult& r) {
       auto a = ref.find(k), b = tables[rank].find(k);
       if (a == ref.end() || b == tables[rank].end())
         return bad(p, Disposition::Incorrect,
-                   where(k) + ": rank " + std::to_string(a == ref.end() ? 0 : rank) + " made no such draw");
+                   where(k) + ": rank " + std::to_string(a == ref.end() ? first : rank) + " made no such draw");
       if (a->second->digest != b->second->digest)
         return bad(p, Disposition::Incorrect,
-                   where(k) + ": rank " + std::to_string(rank) + " drew " + b->second->digest + ", rank 0 " +
-                       a->second->digest + " (outside tensor-parallel regions masks are equal)");
+                   where(k) + ": rank " + std::to_string(rank) + " drew " + b->second->digest + ", rank " +
+                       std::to_string(first) + " " + a->second->digest + " (outside tensor-parallel regions masks are equal)");
     }
   }
-  return passed(p, std::to_string(ref.size()) + " draws outside tensor-parallel regions equal on " +
+  if (stage_count(g) > 1)
+    return passed(p, std::to_string(compared) + " draws outside tensor-parallel regions equal on the ranks of each of " +
+                         std::to_string(stage_count(g)) + " stages (" + std::to_string(tables.size()) + " ranks)");
+  return passed(p, std::to_string(tables[0].size()) + " draws outside tensor-parallel regions equal on " +
                        std::to_string(tables.size()) + " ranks");
 }
 
@@ -285,11 +307,15 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   const double tol = group.spec.model.dtype == models::DType::BF16 ? models::check::kTolBf16Stack : models::check::kTolF32;
   if (group.failure) return skipped(p, "the group's run did not complete: " + group.failure->line());
   const auto inside = forward_table(g, /*inside=*/true);
-  if (!inside.empty() && !inside[0].empty())
-    return skipped(p, std::to_string(inside[0].size()) + " draws inside tensor-parallel regions come from per-rank "
+  size_t inside_draws = 0;
+  for (const auto& t : inside) inside_draws = std::max(inside_draws, t.size());
+  if (inside_draws > 0)
+    return skipped(p, std::to_string(inside_draws) + " draws inside tensor-parallel regions come from per-rank "
                       "generators, a one-rank run draws others: its gradients differ by design");
-  // A pipeline group of tp 1 computes each layer whole on one stage, as one rank does: bitwise.
+  // A pipeline group of tp 1 computes each layer whole on one stage, as one rank does: bitwise
+  // (tp inside the stages sums partial products in another order: the tolerance).
   const bool pipeline = stage_count(g) > 1;
+  const bool bitwise = pipeline && g.tp == 1;
   if (pipeline)
     if (std::string why = later_stage_draws(g); !why.empty()) return skipped(p, why);
   if (std::string t = twin_trouble("the one-rank twin", one); !t.empty()) return skipped(p, t);
@@ -329,7 +355,7 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
     const double e = relative_l2(a, b);
     ++tensors;
     elements += a.size();
-    if (pipeline && (a.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0))
+    if (bitwise && (a.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0))
       return bad(p, Disposition::Incorrect, "'" + name + "': not bitwise equal to the one-rank run (relative L2 " + g2(e) +
                                                 "); a pipeline stage computes its layers as one rank does");
     if (e > worst || std::isnan(e)) {
@@ -358,9 +384,10 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   }
   // parameters every rank holds whole: their gradients agree across ranks
   size_t replicated = 0;
-  for (size_t rank = 1; rank < g.replicated_grads.size(); ++rank)
-    for (const auto& [name, r0] : g.replicated_grads[0]) {
-      if (stage_of(g, rank) != stage_of(g, 0)) break;  // its parameters are another stage's
+  for (size_t rank = 1; rank < g.replicated_grads.size(); ++rank) {
+    const size_t first = stage_first(g, rank);  // against its stage's first rank: the same parameters
+    if (first == rank) continue;
+    for (const auto& [name, r0] : g.replicated_grads[first]) {
       auto it = g.replicated_grads[rank].find(name);
       if (it == g.replicated_grads[rank].end())
         return bad(p, Disposition::Incorrect, "no frame '" + name + " @" + std::to_string(rank) + "'");
@@ -368,10 +395,11 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
       const double e = relative_l2(it->second, r0);
       if (!(e <= tol))
         return bad(p, Disposition::Incorrect, "'" + name + "' of a replicated parameter: rank " + std::to_string(rank) +
-                                                  " differs from rank 0 by " + g2(e));
+                                                  " differs from rank " + std::to_string(first) + " by " + g2(e));
     }
+  }
   if (tensors == 0) return skipped(p, "no gradient or parameter to compare");
-  if (pipeline)
+  if (bitwise)
     return passed(p, std::to_string(tensors) + " tensors (" + std::to_string(elements) + " elements) of " +
                          std::to_string(stage_count(g)) + " pipeline stages bitwise equal to the one-rank run's");
   return passed(p, std::to_string(tensors) + " tensors (" + std::to_string(elements) + " elements) within " + g2(tol) +

@@ -986,6 +986,39 @@ sut_torch_pp_faults)
   expect pp-send-stale.txt "grads_match_one_rank incorrect: 'grad 0 1 0': not bitwise equal to the one-rank run" "pp-send-stale: where"
   expect pp-send-stale.txt "training          incorrect: step 1 vs the fp64 reference" "pp-send-stale: the fp64 training oracle"
   ;;
+sut_torch_tp_pp_faults)
+  # Tensor parallelism inside pipeline stages (issue 22) on the CPU (gloo): tp 2 in each of pp 2
+  # stages, a group of four ranks started from the files' tp * pp. Clean: tp2-pp2-grads (sequence
+  # parallel, no draw) equals the one-rank run within the tolerance (not bitwise: tp sums partial
+  # products) and its stages ran 1F1B; tp2-pp2-masks has, within each stage, draws inside the regions
+  # differing and draws outside them equal, the stages drawing their own streams, and the fp64
+  # oracles applying each layer's masks from its stage's ranks. Every planted rank fault but
+  # kill-rank makes its oracle incorrect where the clean run passed it.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  grads="$src/tests/cli/data/tp2-pp2-grads.json"; masks="$src/tests/cli/data/tp2-pp2-masks.json"
+  "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  expect clean.txt "grads_match_one_rank passed: 165 tensors (21120 elements) within 1e-05 of the one-rank run" "clean grads: within the tolerance"
+  expect clean.txt "tp_masks_differ       passed: 12 draws inside tensor-parallel regions differ across 4 ranks (2 pairs" "clean masks: per stage"
+  expect clean.txt "outside_masks_equal   passed: 36 draws outside tensor-parallel regions equal on the ranks of each of 2 stages" "clean masks: outside"
+  expect clean.txt "pp_stage_masks_differ passed: 24 draws at equal positions differ across 2 stages" "clean masks: own streams"
+  grep -Ec "^  reference +passed" clean.txt | grep -q 2 || fail "clean: the fp64 reference did not pass on both files"
+  validate_report clean.json
+  all="rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,training"
+  for f in tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
+           dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
+           pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:grads_match_one_rank:grads \
+           pp-schedule-gpipe:pp_schedule_1f1b:grads sp-grad-not-reduced:grads_match_one_rank:grads; do
+    fault=${f%%:*}; rest=${f#*:}; oracle=${rest%%:*}; file=$(eval echo \$${rest#*:})
+    "$recap" replay --sut torch --backend sim "$file" --property "$all" --worker-env "RECAP_RANK_FAULT=$fault" > "$fault.txt" 2> err.txt
+    rc=$?; echo "== $fault: exit $rc"; cat "$fault.txt"
+    [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "$fault: exit $rc, expected 1"; }
+    grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
+    grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
+  done
+  ;;
 sut_torch_pp_fuzz_shrinks)
   # recap fuzz --sut torch --ranks 2 on the CPU draws pp from the group's hello (capabilities.pp),
   # early, so it shrinks toward 1 first. pp-send-stale (a stage sends the previous microbatch's

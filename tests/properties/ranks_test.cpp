@@ -596,6 +596,29 @@ TEST(Ranks, GeneratorsDrawSpFromAGroupThatRunsIt) {
   }
 }
 
+// A group of 4 (its hello: tp [2, 4], pp [2, 4]) gets its three shapes of 4 ranks, tp 2 inside pp 2
+// among them, with and without sp; never a shape of 2 ranks it cannot run.
+TEST(Ranks, GeneratorsDrawTpInsidePpFromAGroupOfFour) {
+  GenConfig group;
+  group.caps.tp = {2, 4};
+  group.caps.pp = {2, 4};
+  group.caps.sp = true;
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  std::map<std::tuple<int, int, bool>, int> seen;
+  for (int i = 0; i < 300; ++i) {
+    const CaseSpec b = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 13), rc::kNominalSize).value();
+    EXPECT_EQ(training::validate(b), "");
+    EXPECT_TRUE(b.tp * b.pp == 1 || b.tp * b.pp == 4) << b.tp << " " << b.pp;
+    ++seen[{b.tp, b.pp, b.sp}];
+    if (b.pp > 1) EXPECT_EQ(b.layers.size() % static_cast<size_t>(b.pp), 0u);
+    if (b.sp) EXPECT_EQ(b.model.tokens % b.tp, 0);
+  }
+  for (const auto& shape : {std::tuple<int, int, bool>{2, 2, false}, {2, 2, true}, {4, 1, false}, {4, 1, true}, {1, 4, false}})
+    EXPECT_GT(seen[shape], 5) << std::get<0>(shape) << " " << std::get<1>(shape) << " " << std::get<2>(shape);
+  EXPECT_EQ((seen[{1, 4, true}]), 0);  // sp needs tp > 1
+}
+
 // An sp case's shrinks try one rank first, and the same tp without sp (a failure that holds without
 // it is no sequence-parallel bug).
 TEST(Ranks, SpShrinksFirstToTheSameShapeWithoutIt) {

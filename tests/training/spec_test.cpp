@@ -186,7 +186,7 @@ TEST(Spec, PipelineStages) {
 }
 
 // Issue 22: sp, sequence parallelism over the tp ranks: absent when false, round-trips when true,
-// and needs tp > 1 without pipeline stages (one line naming the field otherwise).
+// and needs tp > 1 (one line naming the field otherwise); pipeline stages may hold it.
 TEST(Spec, SequenceParallel) {
   CaseSpec a = acceptance_spec(ExecutorKind::Eager);
   EXPECT_FALSE(a.sp);
@@ -201,10 +201,11 @@ TEST(Spec, SequenceParallel) {
   EXPECT_EQ(b.tp, 2);
   const std::string layers = R"("layers": [{"kind": "linear"}])";
   EXPECT_EQ(error_of("{" + layers + R"(, "sp": true})"),
-            "sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1 and pp 1, got tp 1 pp 1");
-  EXPECT_EQ(error_of("{" + layers + R"(, "sp": true, "tp": 2, "pp": 2})"),
-            "sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1 and pp 1, got tp 2 pp 2");
+            "sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1, got tp 1");
+  EXPECT_EQ(error_of("{" + layers + R"(, "sp": true, "tp": 2, "pp": 2})"), "");
   EXPECT_EQ(error_of("{" + layers + R"(, "sp": 1, "tp": 2})"), "sp: expected true or false, got an integer");
+  b.pp = 2;  // tp inside pipeline stages: a group of tp * pp ranks runs it
+  EXPECT_EQ(unmodelled(b), "tp 2 pp 2: recap's runtime runs one rank (a rank group runs it: --sut torch --ranks 4)");
 }
 
 }  // namespace

@@ -138,13 +138,8 @@ class GroupSUT:
         self.retire = False
 
     def hello(self) -> Dict[str, Any]:
-        h = dict(self.local.hello())
+        h = dict(self.local.hello())  # rank 0's: its capabilities list the group's tp, pp and sp
         h["ranks"] = self.world
-        caps = dict(h.get("capabilities", {}))
-        caps["tp"] = [self.world]
-        caps["pp"] = [self.world]
-        caps["sp"] = True  # tp cases may be sequence parallel
-        h["capabilities"] = caps
         h.pop("ops", None)  # measure is not served by a rank group (yet): a client then asks for none
         return h
 
@@ -157,9 +152,6 @@ class GroupSUT:
         if isinstance(tp, bool) or not isinstance(tp, int) or tp * pp != self.world:
             raise RequestError(f"tp {tp!r} with pp {pp}: this rank group of {self.world} ranks (its --ranks) runs "
                                "tp * pp == its ranks")
-        if tp > 1 and pp > 1:
-            raise RequestError(f"tp {tp} with pp {pp}: this rank group runs tp {self.world} or pp {self.world}, not both "
-                               "(tensor parallelism inside pipeline stages is not built)")
         data = encode_message(header, frames)
         for r, ch in enumerate(self.group.children, start=1):
             try:
@@ -314,31 +306,38 @@ def _no_nan(losses: List[Any]) -> List[Any]:
 
 def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, Frame]],
              shapes: List[Tuple[int, ...]]) -> Tuple[Dict[str, Any], List[Frame]]:
-    """A pipeline group's observation (PROTOCOL.md, "Rank groups"): rank r ran stage r's layers.
-    `ranks` adds pp, stages (every rank's stage) and stage_layers; the step's masks are every
-    stage's in stage order (each layer's from the rank that ran it) and its losses the last
-    stage's; every rank row has its own masks, losses (null where the stage computes none) and
-    schedule (its forward and backward events in the order they ran); each parameter's full
-    frames are its stage's rank's, and a rank sends `@<r>` gradient frames of its stage's
-    parameters only."""
+    """A pipeline group's observation (PROTOCOL.md, "Rank groups"): rank r ran stage r // tp's
+    layers (tp 1: stage r's). `ranks` adds pp, stages (every rank's stage) and stage_layers; the
+    step's masks are every stage's in stage order (each layer's from the stage's first rank) and
+    its losses the last stage's; every rank row has its own masks, losses (null where the stage
+    computes none) and schedule (its forward and backward events in the order they ran); each
+    parameter's full frames are assembled from its stage's ranks' shards (tp 1: the stage's rank's),
+    and a rank sends `@<r>` gradient frames of its stage's parameters only."""
     world = len(hs)
     pps = [h.get("rank_pp") or {} for h in hs]
     r0 = pps[0]
+    tp = int(r0.get("tp", 1))
     stage_layers = r0.get("stage_layers", [])
     stages = [int(p.get("stage", r)) for r, p in enumerate(pps)]
-    owner: Dict[int, int] = {}
+    owners: Dict[int, List[int]] = {}  # per parameter: its stage's ranks, in tensor-parallel rank order
     for r, p in enumerate(pps):
         for i in p.get("params", []):
-            owner.setdefault(int(i), r)
-    base["ranks"].update({"tp": 1, "pp": int(r0.get("pp", world)), "stages": stages, "stage_layers": stage_layers,
-                          "shards": [{"param": i, "dim": None, "ranges": []} for i in range(len(shapes))],
-                          "tp_sites": []})
+            owners.setdefault(int(i), []).append(r)
+    shards = hs[0].get("rank_shards") or [{"param": i, "dim": None, "ranges": []} for i in range(len(shapes))]
+    by_param = {e["param"]: e for e in shards}
+    base["ranks"].update({"tp": tp, "pp": int(r0.get("pp", world)), "stages": stages, "stage_layers": stage_layers,
+                          "shards": shards})
     _statuses(base, hs)
     last = max(range(world), key=lambda r: stages[r])
     n = min(len(h.get("steps", [])) for h in hs)
     steps = []
     out: List[Frame] = []
-    by_stage = sorted(range(world), key=lambda r: stages[r])
+    by_stage = sorted((r for r in range(world) if r % tp == 0), key=lambda r: stages[r])
+
+    def full(i: int, name: str) -> Frame:
+        rs = owners.get(i, [0])
+        return assemble([fr[r][name] for r in rs], by_param.get(i, {"dim": None}), shapes[i], name)
+
     for k in range(n):
         st = dict(hs[last]["steps"][k])
         st["masks"] = [m for r in by_stage for m in hs[r]["steps"][k]["masks"]]
@@ -351,14 +350,12 @@ def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, 
         mbs = sorted({int(name.split()[2]) for name in fr[0] if name.startswith(f"grad {s} ") and len(name.split()) == 4})
         for m in mbs:
             for i in range(len(shapes)):
-                f = fr[owner.get(i, 0)][f"grad {s} {m} {i}"]
-                out.append(Frame(f.name, f.dtype, f.shape, f.data))
+                out.append(full(i, f"grad {s} {m} {i}"))
         for what in ("grad", "param"):
             for i in range(len(shapes)):
                 name = f"{what} {s} {i}"
                 if name in fr[0]:
-                    f = fr[owner.get(i, 0)][name]
-                    out.append(Frame(f.name, f.dtype, f.shape, f.data))
+                    out.append(full(i, name))
         for r in range(world):
             out += _own_frames(fr[r], r, s, mbs, [int(i) for i in pps[r].get("params", [])])
     base["steps"] = steps

@@ -25,6 +25,12 @@ seed + 100 * pp_rank before model_parallel_cuda_manual_seed: the default generat
 draw nothing) and later stages draw their own streams. A checkpointed layer recomputes on its own
 stage: torch.utils.checkpoint restores the stage's generator state of that forward.
 
+Tensor parallelism inside the stages (tp T and pp P on T * P ranks, megatron-core's rank order:
+the tensor-parallel rank varies fastest): rank r is stage r // T, tensor-parallel rank r % T of its
+stage's group; activations go between the ranks of equal tensor-parallel rank of adjacent stages
+(as p2p_communication does), each the rank's whole activation, or its rows with sequence
+parallelism. frameworks/torch/tensor_parallel.py builds such a stage's layers (TPPipelineRunner).
+
 The reply shape. Every rank builds recap's whole parameter list (so each rank's observation has
 the one-rank shape) but runs, and updates, its stage's layers only; the leader (core/ranks.merge)
 takes each parameter's gradients and values from the rank of its stage.
@@ -88,12 +94,28 @@ def gpipe(microbatches: int) -> List[Event]:
     return [("forward", m) for m in range(microbatches)] + [("backward", m) for m in range(microbatches)]
 
 
-class PPRunner(TorchRunner):
-    """One stage's execution of a case (the group's rank = its stage; tp 1)."""
+def plant_kill_rank(layer: Any, rank: int) -> None:
+    """Planted kill-rank: `layer`'s forward SIGKILLs this process after computing its output."""
+    orig = layer.forward
 
-    def __init__(self, sut: Any, c: Any, data: Any, pp: int):
-        self.pp = pp
-        self.stage = dist.get_rank()
+    def killed(x: torch.Tensor) -> torch.Tensor:
+        y = orig(x)
+        print(f"recap worker: {rank_faults.ENV} kill-rank: rank {rank} SIGKILLs itself", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return y
+
+    layer.forward = killed
+
+
+class PPRunner(TorchRunner):
+    """One stage's execution of a case: rank r is stage r // tp (tp 1: the rank is its stage)."""
+
+    def __init__(self, sut: Any, c: Any, data: Any, pp: int, tp: int = 1):
+        self.pp, self.tp = pp, tp
+        rank = dist.get_rank()
+        self.stage, self.tp_rank = rank // tp, rank % tp
+        # the ranks of this tensor-parallel rank in the stages before and after (megatron's p2p peers)
+        self.prev_peer, self.next_peer = rank - tp, rank + tp
         self.span = stage_layers(len(c.layers), pp)[self.stage]
         self.schedule: Dict[int, List[Event]] = {}  # per step: the events as they ran
         self.prev_out: Optional[torch.Tensor] = None  # the last activation sent (planted pp-send-stale)
@@ -105,18 +127,12 @@ class PPRunner(TorchRunner):
         torch.manual_seed(self.case.seed_rng + PP_SEED_STRIDE * stage)
         model = L.Model(self.case, self.dev)
         if rank_faults.FAULT == "kill-rank" and self.stage == self.pp - 1:  # planted: the last stage dies
-            first = model.layers[self.span[0]]
-            orig = first.forward
-
-            def killed(x: torch.Tensor) -> torch.Tensor:
-                y = orig(x)
-                print(f"recap worker: {rank_faults.ENV} kill-rank: rank {self.stage} SIGKILLs itself", file=sys.stderr,
-                      flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-                return y
-
-            first.forward = killed
+            plant_kill_rank(model.layers[self.span[0]], self.stage)
         return model
+
+    def act_shape(self) -> Tuple[int, ...]:
+        """The shape of an activation sent between stages (and of its gradient)."""
+        return (self.case.tokens, self.case.hidden)
 
     def stage_params(self) -> List[int]:
         """recap's indices of the parameters of this stage's layers."""
@@ -137,7 +153,7 @@ class PPRunner(TorchRunner):
         sends: List[Any] = []
         keep: List[torch.Tensor] = []  # what an isend still reads until it is waited
         events: List[Event] = []
-        shape = (c.tokens, c.hidden)
+        shape = self.act_shape()
         for kind, m in order:
             self.obs.microbatch = m
             self.pos.set(pass_=kind, microbatch=m, layer="")
@@ -146,7 +162,7 @@ class PPRunner(TorchRunner):
                     x = self.inp[m].detach().requires_grad_(True)
                 else:
                     buf = torch.empty(shape, dtype=self.dt, device=self.dev)
-                    dist.recv(buf, s - 1)
+                    dist.recv(buf, self.prev_peer)
                     x = buf.requires_grad_(True)
                 inputs[m] = x
                 for l in range(first, stop):
@@ -167,20 +183,20 @@ class PPRunner(TorchRunner):
                         sent = self.prev_out if self.prev_out is not None else out
                         self.prev_out = out
                     keep.append(sent)
-                    sends.append(dist.isend(sent, s + 1))
+                    sends.append(dist.isend(sent, self.next_peer))
                     outputs[m] = x
             else:
                 if is_last:
                     outputs[m].backward()
                 else:
                     g = torch.empty(shape, dtype=self.dt, device=self.dev)
-                    dist.recv(g, s + 1)
+                    dist.recv(g, self.next_peer)
                     torch.autograd.backward(outputs[m], g)
                 if not is_first:
                     gin = inputs[m].grad
                     gin = torch.zeros(shape, dtype=self.dt, device=self.dev) if gin is None else gin.contiguous()
                     keep.append(gin)
-                    sends.append(dist.isend(gin, s - 1))
+                    sends.append(dist.isend(gin, self.prev_peer))
                 del outputs[m], inputs[m]
                 for i, p in enumerate(self.params):
                     self.gbuf[m][i].copy_(p.grad)
@@ -198,6 +214,6 @@ class PPRunner(TorchRunner):
 
 def pp_extras(runner: PPRunner) -> Dict[str, Any]:
     """What a stage's observation adds for the leader (core/ranks.merge moves it into `ranks`)."""
-    return {"rank_pp": {"pp": runner.pp, "stage": runner.stage,
+    return {"rank_pp": {"pp": runner.pp, "tp": runner.tp, "stage": runner.stage,
                         "stage_layers": [list(x) for x in stage_layers(len(runner.case.layers), runner.pp)],
                         "params": runner.stage_params(), "schedule": runner.schedule}}

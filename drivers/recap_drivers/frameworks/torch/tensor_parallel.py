@@ -51,9 +51,6 @@ all-gather). Norms, dropouts and residual adds run on the rank's rows. So:
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -65,7 +62,7 @@ from ... import case as case_mod
 from ...core import layers as L
 from ...core import rank_faults
 from ...core.records import RunData
-from .pipeline import PPRunner, pp_extras, pp_problem
+from .pipeline import PP_SEED_STRIDE, PPRunner, plant_kill_rank, pp_extras, pp_problem
 from .runner import TorchRunner
 from .sut import TorchSUT
 
@@ -126,6 +123,26 @@ class Ctx:
         return [(offset + rank * k, offset + (rank + 1) * k)]
 
 
+# -- the tensor-parallel group of the run in progress (megatron-core parallel_state's) --
+
+class TPGroup:
+    """The tensor-parallel group of this rank's run: its process group (None: the whole world), the
+    rank's place in it and its size. Module state, as megatron-core's parallel_state keeps it: a
+    rank runs one request at a time, and the runner sets it before it builds its model."""
+
+    pg: Optional[Any] = None
+    rank = 0
+    world = 1
+
+    @classmethod
+    def set(cls, pg: Optional[Any], rank: int, world: int) -> None:
+        cls.pg, cls.rank, cls.world = pg, rank, world
+
+
+def _all_reduce(x: torch.Tensor) -> None:
+    dist.all_reduce(x, group=TPGroup.pg)
+
+
 # -- the regions' communication (megatron-core tensor_parallel/mappings.py) --
 
 class _CopyToRegion(torch.autograd.Function):
@@ -138,7 +155,7 @@ class _CopyToRegion(torch.autograd.Function):
         if rank_faults.FAULT == "tp-grad-not-reduced":  # planted: the input gradient stays partial
             return g
         g = g.contiguous().clone()
-        dist.all_reduce(g)
+        _all_reduce(g)
         return g
 
 
@@ -146,7 +163,7 @@ class _ReduceFromRegion(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         y = x.contiguous().clone()
-        dist.all_reduce(y)
+        _all_reduce(y)
         return y
 
     @staticmethod
@@ -159,9 +176,9 @@ class _GatherFromRegion(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        world, rank = dist.get_world_size(), dist.get_rank()
+        world, rank = TPGroup.world, TPGroup.rank
         parts = [torch.empty_like(x) for _ in range(world)]
-        dist.all_gather(parts, x.contiguous())
+        dist.all_gather(parts, x.contiguous(), group=TPGroup.pg)
         ctx.rank, ctx.width = rank, x.shape[-1]
         return torch.cat(parts, dim=-1)
 
@@ -173,22 +190,22 @@ class _GatherFromRegion(torch.autograd.Function):
 # -- sequence parallelism: the rows (dimension 0, the sequence) split over the group --
 
 def _rows_of_rank(x: torch.Tensor) -> torch.Tensor:
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world, rank = TPGroup.world, TPGroup.rank
     n = x.shape[0] // world
     return x.narrow(0, rank * n, n).contiguous()
 
 
 def _all_gather_rows(x: torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
-    out = torch.empty((x.shape[0] * dist.get_world_size(),) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-    dist.all_gather_into_tensor(out, x)
+    out = torch.empty((x.shape[0] * TPGroup.world,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.all_gather_into_tensor(out, x, group=TPGroup.pg)
     return out
 
 
 def _reduce_scatter_rows(x: torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
-    out = torch.empty((x.shape[0] // dist.get_world_size(),) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-    dist.reduce_scatter_tensor(out, x)
+    out = torch.empty((x.shape[0] // TPGroup.world,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_tensor(out, x, group=TPGroup.pg)
     return out
 
 
@@ -237,7 +254,7 @@ class _ReduceScatterToSeq(torch.autograd.Function):
 
 def _sum_over_group(g: torch.Tensor) -> torch.Tensor:
     g = g.contiguous().clone()
-    dist.all_reduce(g)
+    _all_reduce(g)
     return g
 
 
@@ -451,7 +468,7 @@ class TPModel(L.RecapParamList):
 
     def load(self, values: Dict[str, torch.Tensor]) -> None:
         """This rank's shard of every parameter, cut from the full values recap sent."""
-        me = dist.get_rank()
+        me = TPGroup.rank
         with torch.no_grad():
             for n, p in self.named:
                 v = values[n]
@@ -498,6 +515,7 @@ class TPRunner(TorchRunner):
 
     def make_model(self) -> Any:
         rank, world = dist.get_rank(), dist.get_world_size()
+        TPGroup.set(None, rank, world)
         c = self.case
         # Runner.__init__ has just run torch.manual_seed(seed_rng): the default (data-parallel)
         # state, equal on every rank
@@ -509,17 +527,33 @@ class TPRunner(TorchRunner):
         self.tracker = tracker
         model = TPModel(c, Ctx(rank, world, self.dev, tracker, c.sp))
         if rank_faults.FAULT == "kill-rank" and rank == world - 1:
-            first = model.layers[0]
-            orig = first.forward
-
-            def killed(x: torch.Tensor) -> torch.Tensor:
-                y = orig(x)
-                print(f"recap worker: {rank_faults.ENV} kill-rank: rank {rank} SIGKILLs itself", file=sys.stderr, flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-                return y
-
-            first.forward = killed
+            plant_kill_rank(model.layers[0], rank)
         return model
+
+
+class TPPipelineRunner(PPRunner):
+    """One rank of tp T inside pp P stages (T * P ranks): its stage's layers split over the stage's
+    tensor-parallel group, seeded as megatron's training seeds them: the default generator
+    `seed + 100 * stage` (initialize.py _set_random_seed), the tracker that seed + 2718 + the
+    tensor-parallel rank (model_parallel_cuda_manual_seed)."""
+
+    def make_model(self) -> Any:
+        c, tp, stage, tp_rank = self.case, self.tp, self.stage, self.tp_rank
+        TPGroup.set(self.sut.tp_group(tp, self.pp, stage), tp_rank, tp)
+        seed = c.seed_rng + PP_SEED_STRIDE * (0 if rank_faults.FAULT == "pp-stage-seed-shared" else stage)
+        torch.manual_seed(seed + (tp_rank if rank_faults.FAULT == "dp-seed-per-rank" else 0))
+        tracker = RngTracker(self.dev)
+        tracker.add(TP_RNG, seed + TP_SEED_OFFSET + (0 if rank_faults.FAULT == "tp-seed-shared" and tp_rank == 1 else tp_rank))
+        self.tracker = tracker
+        model = TPModel(c, Ctx(tp_rank, tp, self.dev, tracker, c.sp))
+        rank = dist.get_rank()
+        if rank_faults.FAULT == "kill-rank" and rank == dist.get_world_size() - 1:
+            plant_kill_rank(model.layers[self.span[0]], rank)
+        return model
+
+    def act_shape(self) -> Tuple[int, ...]:
+        c = self.case
+        return (c.tokens // self.tp if c.sp else c.tokens, c.hidden)
 
 
 def rank_extras(model: Optional[TPModel]) -> Dict[str, Any]:
@@ -529,21 +563,36 @@ def rank_extras(model: Optional[TPModel]) -> Dict[str, Any]:
     return {"rank_shards": model.shard_table(), "rank_tp_sites": list(model.tp_sites), "rank_sp": model.sp}
 
 
+def group_sizes(world: int) -> List[int]:
+    """The tp (and pp) values above 1 a group of `world` ranks runs: the divisors of world (tp * pp
+    == world)."""
+    return [d for d in range(2, world + 1) if world % d == 0]
+
+
 class TorchRankSUT(TorchSUT):
-    """One rank's torch SUT in a rank group: eager cases, split tensor-parallel over the group (tp N)
-    or into pipeline stages, one per rank (pp N; frameworks/torch/pipeline.py)."""
+    """One rank's torch SUT in a rank group: eager cases, split tensor-parallel over the group (tp N),
+    into pipeline stages, one per rank (pp N; frameworks/torch/pipeline.py), or both (tp T, pp P)."""
 
     def __init__(self, device: str, rank: int, world: int) -> None:
         super().__init__(device)
         self.rank, self.world = rank, world
         self.extras: Dict[str, Any] = {}
-        self.pp = 1  # the run request's (the leader checked it: tp * pp == world, one of them 1)
+        self.pp = 1  # the run request's (the leader checked it: tp * pp == world)
+        self._tp_groups: Dict[Tuple[int, int], List[Any]] = {}
+
+    def tp_group(self, tp: int, pp: int, stage: int) -> Any:
+        """Stage `stage`'s tensor-parallel process group of a tp x pp layout: ranks stage*tp ..
+        stage*tp + tp - 1. Every rank makes every stage's group, in the same order (new_group is
+        collective), once per layout."""
+        if (tp, pp) not in self._tp_groups:
+            self._tp_groups[(tp, pp)] = [dist.new_group(list(range(s * tp, (s + 1) * tp))) for s in range(pp)]
+        return self._tp_groups[(tp, pp)][stage]
 
     def capabilities(self) -> Dict[str, Any]:
         caps = super().capabilities()
         caps["executor"] = ["eager"]
-        caps["tp"] = [self.world]
-        caps["pp"] = [self.world]
+        caps["tp"] = group_sizes(self.world)
+        caps["pp"] = group_sizes(self.world)
         caps["sp"] = True
         return caps
 
@@ -551,14 +600,17 @@ class TorchRankSUT(TorchSUT):
         if c.executor != "eager":
             return (f"executor {c.executor}: a rank group runs eagerly only (graphs across ranks are not built "
                     "by this driver yet)")
-        if self.pp > 1:
-            return super().why_skipped(c) or pp_problem(c, self.pp)
-        return super().why_skipped(c) or tp_problem(c, self.world)
+        tp = self.world // self.pp
+        return (super().why_skipped(c) or (pp_problem(c, self.pp) if self.pp > 1 else "")
+                or (tp_problem(c, tp) if tp > 1 else ""))
 
     def make_runner(self, c: case_mod.Case, data: RunData) -> TorchRunner:
         if self.pp > 1:
-            pr = PPRunner(self, c, data, self.pp)
+            tp = self.world // self.pp
+            pr = TPPipelineRunner(self, c, data, self.pp, tp) if tp > 1 else PPRunner(self, c, data, self.pp)
             self.extras = pp_extras(pr)  # its schedule fills as the steps run
+            if tp > 1:
+                self.extras.update(rank_extras(pr.model))
             return pr
         r = TPRunner(self, c, data)
         self.extras = rank_extras(r.model)
