@@ -342,20 +342,27 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1, false); });
   // A rank group: the group's shape (tp, pp) is drawn first, so that RapidCheck shrinks it first,
   // toward (1, 1) (a failure that still happens on one rank is no cross-rank bug), keeping N where
-  // only N fails. Shapes the group runs: tp * pp is its number of ranks (the largest of its tp and
-  // pp values: a group of 4 lists tp [2, 4] and pp [2, 4], and runs tp 4, pp 4, or tp 2 with pp 2),
-  // and, where the group runs sequence parallelism, each shape of tp > 1 with sp (after the shapes
-  // without it, toward which they shrink). A shape is tp * 1000 + pp * 10 + sp.
-  int world = 1;
-  for (int v : caps.tp) world = std::max(world, v);
-  for (int v : caps.pp) world = std::max(world, v);
+  // only N fails. Shapes the groups run: tp * pp is the size of one of them (caps.worlds; without
+  // it, the one group whose size is the largest tp or pp value: a group of 4 lists tp [2, 4] and
+  // pp [2, 4], and runs tp 4, pp 4, or tp 2 with pp 2), smaller groups first, toward which the
+  // larger shrink; and, where the groups run sequence parallelism, each shape of tp > 1 with sp
+  // (after the shapes without it, toward which they shrink). A shape is tp * 1000 + pp * 10 + sp.
+  std::vector<int> worlds = caps.worlds;
+  if (worlds.empty()) {
+    int world = 1;
+    for (int v : caps.tp) world = std::max(world, v);
+    for (int v : caps.pp) world = std::max(world, v);
+    worlds = {world};
+  }
+  std::sort(worlds.begin(), worlds.end());
   std::vector<int> tp_values = {1}, pp_values = {1};
   tp_values.insert(tp_values.end(), caps.tp.begin(), caps.tp.end());
   pp_values.insert(pp_values.end(), caps.pp.begin(), caps.pp.end());
   std::vector<std::pair<int, int>> shapes = {{1, 1010}};  // (weight, shape): one rank first
-  for (int t : tp_values)
-    for (int p : pp_values)
-      if (t * p > 1 && t * p == world) shapes.push_back({2, t * 1000 + p * 10});
+  for (int w : worlds)
+    for (int t : tp_values)
+      for (int p : pp_values)
+        if (t * p > 1 && t * p == w) shapes.push_back({2, t * 1000 + p * 10});
   if (caps.sp)
     for (size_t i = 1, n = shapes.size(); i < n; ++i)
       if (shapes[i].second / 1000 > 1) shapes.push_back({2, shapes[i].second + 1});

@@ -55,9 +55,10 @@ void add_sut_options(CLI::App& cmd, SutFlags* f) {
                                                   : std::string();
       });
   cmd.add_option("--ranks", f->ranks,
-                 "Also start a rank group of N ranks (2..64; --sut torch only, on gloo on the CPU): cases of tp N or pp N run "
-                 "there, tp 1 pp 1 on the ordinary worker, and the cross-rank properties are judged (drivers/PROTOCOL.md, "
-                 "\"Rank groups\")")
+                 "Also start rank groups of n ranks for every divisor n > 1 of N (2..64; --sut torch only, on gloo on the "
+                 "CPU): cases whose tp * pp is n run on that group (tp, pp, tp inside pp, sp; a failure shrinks toward the "
+                 "smallest group), tp 1 pp 1 on the ordinary worker, and the cross-rank properties are judged "
+                 "(drivers/PROTOCOL.md, \"Rank groups\")")
       ->check(CLI::Range(2, 64));
 }
 
@@ -182,29 +183,45 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
     }
     s.sut = worker;
     if (f.ranks > 0) {
-      // The rank group beside the one-rank worker: the same driver with --ranks N (drivers/
-      // PROTOCOL.md, "Rank groups"). Greeted now, as the worker is: its hello's tp is what the
-      // generators draw, and a group that cannot start is bad usage. Not from another thread: a
-      // driver dies with the thread that started it (PR_SET_PDEATHSIG, core/worker.py).
-      sut::WorkerConfig g = w;
-      g.name = c.kind + " rank group";
-      g.argv.push_back("--ranks");
-      g.argv.push_back(std::to_string(f.ranks));
-      g.ranks = f.ranks;
-      auto group = std::make_shared<sut::WorkerSut>(g);
-      sut::SutInfo gi;
-      try {
-        gi = group->hello();
-      } catch (const std::runtime_error& e) {
-        throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group: " + e.what());
+      // The rank groups beside the one-rank worker: the same driver with --ranks n (drivers/
+      // PROTOCOL.md, "Rank groups"), one for every divisor n > 1 of N, so that shrinking can go
+      // down to the smallest group that still fails. Greeted now, as the worker is: their hellos'
+      // tp and pp are what the generators draw, and a group that cannot start is bad usage. Not
+      // from another thread: a driver dies with the thread that started it (PR_SET_PDEATHSIG).
+      std::map<int, std::shared_ptr<sut::WorkerSut>> groups;
+      sut::Capabilities merged;
+      for (int n = 2; n <= f.ranks; ++n) {
+        if (f.ranks % n != 0) continue;
+        sut::WorkerConfig g = w;
+        g.name = c.kind + " rank group of " + std::to_string(n);
+        g.argv.push_back("--ranks");
+        g.argv.push_back(std::to_string(n));
+        g.ranks = n;
+        auto group = std::make_shared<sut::WorkerSut>(g);
+        sut::SutInfo gi;
+        try {
+          gi = group->hello();
+        } catch (const std::runtime_error& e) {
+          throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group of " + std::to_string(n) + ": " + e.what());
+        }
+        sut::Capabilities gc;
+        if (std::string err = sut::capabilities_from_json(gi.capabilities, &gc); !err.empty())
+          throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello: " + err);
+        if (std::find(gc.tp.begin(), gc.tp.end(), n) == gc.tp.end())
+          throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello lists no tp " + std::to_string(n));
+        for (int t : gc.tp)
+          if (std::find(merged.tp.begin(), merged.tp.end(), t) == merged.tp.end()) merged.tp.push_back(t);
+        for (int p : gc.pp)
+          if (std::find(merged.pp.begin(), merged.pp.end(), p) == merged.pp.end()) merged.pp.push_back(p);
+        std::sort(merged.tp.begin(), merged.tp.end());
+        std::sort(merged.pp.begin(), merged.pp.end());
+        merged.tp_executor = gc.tp_executor;
+        merged.sp = merged.sp || gc.sp;
+        merged.worlds.push_back(n);
+        groups[n] = group;
       }
-      sut::Capabilities gc;
-      if (std::string err = sut::capabilities_from_json(gi.capabilities, &gc); !err.empty())
-        throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello: " + err);
-      if (std::find(gc.tp.begin(), gc.tp.end(), f.ranks) == gc.tp.end())
-        throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello lists no tp " + std::to_string(f.ranks));
-      s.sut = std::make_shared<sut::RankedSut>(worker, group, f.ranks);
-      group_caps = gc;
+      s.sut = std::make_shared<sut::RankedSut>(worker, std::move(groups), f.ranks);
+      group_caps = merged;
     }
   }
   if (std::string err = sut::capabilities_from_json(s.info.capabilities, &s.caps); !err.empty())
@@ -214,6 +231,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
     s.caps.tp_executor = group_caps->tp_executor;
     s.caps.pp = group_caps->pp;
     s.caps.sp = group_caps->sp;
+    s.caps.worlds = group_caps->worlds;
   }
   return s;
 }

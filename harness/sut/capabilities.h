@@ -50,6 +50,9 @@ struct Capabilities {
   std::vector<int> pp;
   // Whether the group runs tp cases sequence parallel too (its hello's "sp": true). False: no sp is drawn.
   bool sp = false;
+  // The sizes of the rank groups started (--ranks N: every divisor of N above 1): a shape's tp * pp
+  // is one of them. Empty: the one group whose size is the largest tp or pp value.
+  std::vector<int> worlds;
 };
 
 // Everything recap.case/1 defines (what `all` is for a hello that lists nothing).

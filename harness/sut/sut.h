@@ -225,13 +225,22 @@ class WorkerSut : public Sut {
 // tp N to the group; any other tp is skipped by the worker it reaches.
 class RankedSut : public Sut {
  public:
-  RankedSut(std::shared_ptr<WorkerSut> one, std::shared_ptr<WorkerSut> group, int world)
-      : one_(std::move(one)), group_(std::move(group)), world_(world) {}
+  // groups: by their number of ranks (--ranks N starts one of every divisor of N above 1, so that
+  // a failure shrinks to the smallest group that still fails); world: the largest.
+  RankedSut(std::shared_ptr<WorkerSut> one, std::map<int, std::shared_ptr<WorkerSut>> groups, int world)
+      : one_(std::move(one)), groups_(std::move(groups)), world_(world) {}
   int ranks() const override { return world_; }
   std::string name() const override { return one_->name(); }
   bool recap_runtime() const override { return false; }
   SutRun run(const training::CaseSpec& spec, const RunRequest& ask) override {
-    WorkerSut& w = spec.tp * spec.pp > 1 ? *group_ : *one_;
+    const int n = spec.tp * spec.pp;
+    if (n > 1 && !groups_.count(n)) {
+      std::string have;
+      for (const auto& [size, g] : groups_) have += (have.empty() ? "" : ", ") + std::to_string(size);
+      throw SkippedBySut("tp " + std::to_string(spec.tp) + " pp " + std::to_string(spec.pp) + ": no rank group of " +
+                         std::to_string(n) + " ranks (--ranks " + std::to_string(world_) + " started groups of " + have + ")");
+    }
+    WorkerSut& w = n > 1 ? *groups_.at(n) : *one_;
     last_ = &w;
     return w.run(spec, ask);
   }
@@ -244,7 +253,8 @@ class RankedSut : public Sut {
   SutDevice last_device() const override { return last_ ? last_->last_device() : SutDevice{}; }
 
  private:
-  std::shared_ptr<WorkerSut> one_, group_;
+  std::shared_ptr<WorkerSut> one_;
+  std::map<int, std::shared_ptr<WorkerSut>> groups_;
   int world_;
   const WorkerSut* last_ = nullptr;
 };

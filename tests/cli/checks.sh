@@ -1019,6 +1019,34 @@ sut_torch_tp_pp_faults)
     grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
   done
   ;;
+sut_torch_ranks_shrink_world)
+  # --ranks 4 starts groups of 2 and 4 ranks (every divisor above 1) beside the one-rank worker, so
+  # that a failure shrinks to the smallest group that still fails. tp-seed-shared needs only a
+  # tensor-parallel group: seed 2's first case, tp 2 inside pp 2 (4 ranks), fails, and its
+  # counterexample is tp 2 pp 1, a group of 2. A case for a group that was not started (tp 8) is
+  # skipped naming the groups there are. Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  shape() {  # JSON-FILE KEY: "tp pp" of the report's first case or counterexample
+    "$py" - "$1" "$2" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j = j["cases"][0]["spec"] if sys.argv[2] == "first" else j["summary"]["failures"][0]["case"]
+print(j.get("tp", 1), j.get("pp", 1))
+PY
+  }
+  "$recap" fuzz --sut torch --ranks 4 --backend sim --seed 2 --cases 1 --stop-on-first --shrink-limit 16 \
+    --worker-env RECAP_RANK_FAULT=tp-seed-shared --property tp_masks_differ --corpus-dir found --report r.json > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "tp-seed-shared on --ranks 4: exit $rc, expected 1"; }
+  validate_report r.json
+  [ "$(shape r.json first)" = "2 2" ] || fail "seed 2's first case is not tp 2 pp 2: $(shape r.json first)"
+  [ "$(shape r.json found)" = "2 1" ] || fail "the counterexample did not shrink to a group of 2: $(shape r.json found)"
+  "$py" -c "import json; c = json.load(open('$src/tests/cli/data/tp2-masks.json')); c['tp'] = 8; c['layers'][0]['heads'] = 8; c['hidden'] = 16; json.dump(c, open('tp8.json', 'w'))"
+  "$recap" replay --sut torch --ranks 4 --backend sim tp8.json > tp8.txt 2> err.txt
+  rc=$?; cat tp8.txt
+  grep -q "skipped: the system under test cannot run this case: tp 8 pp 1: no rank group of 8 ranks (--ranks 4 started groups of 2, 4)" tp8.txt || fail "tp 8 on --ranks 4 (exit $rc)"
+  ;;
 sut_torch_pp_fuzz_shrinks)
   # recap fuzz --sut torch --ranks 2 on the CPU draws pp from the group's hello (capabilities.pp),
   # early, so it shrinks toward 1 first. pp-send-stale (a stage sends the previous microbatch's

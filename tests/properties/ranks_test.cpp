@@ -619,6 +619,44 @@ TEST(Ranks, GeneratorsDrawTpInsidePpFromAGroupOfFour) {
   EXPECT_EQ((seen[{1, 4, true}]), 0);  // sp needs tp > 1
 }
 
+// With groups of 2 and 4 ranks (--ranks 4: caps.worlds), shapes of both are drawn, and a failure
+// that needs tp > 1 only, found on a group of 4, shrinks to the group of 2 (tp 2): the smallest
+// world that still fails.
+TEST(Ranks, ShapesOfSeveralGroupsShrinkToTheSmallestThatFails) {
+  GenConfig group;
+  group.caps.tp = {2, 4};
+  group.caps.pp = {2, 4};
+  group.caps.worlds = {2, 4};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  auto fails = [](const CaseSpec& c) { return c.tp > 1; };  // as tp-seed-shared: any tp group
+  std::map<int, int> by_world;
+  int checked = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto s = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 13), rc::kNominalSize);
+    ++by_world[s.value().tp * s.value().pp];
+    if (s.value().tp != 4 && !(s.value().tp == 2 && s.value().pp == 2)) continue;
+    if (checked++ >= 10) continue;
+    for (int guard = 0; guard < 10000; ++guard) {  // RapidCheck's walk: the first shrink that still fails
+      auto seq = s.shrinks();
+      bool moved = false;
+      while (auto c = seq.next())
+        if (fails(c->value())) {
+          s = *c;
+          moved = true;
+          break;
+        }
+      if (!moved) break;
+    }
+    EXPECT_EQ(s.value().tp, 2);
+    EXPECT_EQ(s.value().pp, 1);  // a group of 2
+  }
+  EXPECT_GE(checked, 10);
+  EXPECT_GT(by_world[2], 20);
+  EXPECT_GT(by_world[4], 20);
+  EXPECT_EQ(by_world.size(), 3u);  // 1, 2 and 4 ranks
+}
+
 // An sp case's shrinks try one rank first, and the same tp without sp (a failure that holds without
 // it is no sequence-parallel bug).
 TEST(Ranks, SpShrinksFirstToTheSameShapeWithoutIt) {
