@@ -12,7 +12,9 @@
 #   RECAP_BUILD=build-gpu scripts/gpu-sanitizer.sh [CASES]          # there, from the tree's root
 # Within a device call's time: SANITIZER_TOOLS (default all four), SANITIZER_TESTS (default the six
 # GPU test binaries; "none" for none), SANITIZER_TIMEOUT (seconds per run, default 900) and
-# SANITIZER_DIMS (the campaign's --dims, default auto: large tensors on cuda).
+# SANITIZER_DIMS (the campaign's --dims, default auto: large tensors on cuda). SANITIZER_ARGS: more
+# compute-sanitizer options for every run (e.g. "--check-bulk-copy yes": initcheck then follows
+# TMA bulk copies, which cuBLAS's Hopper kernels may store with).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . scripts/gpu-out.sh
@@ -32,7 +34,9 @@ note() { echo "$*" | tee -a "$o/summary.txt"; }
 # initialization. On the H200 every error of the first run was such an API error.
 sanitize() {  # name tool timeout command...
   local name=$1 tool=$2 t=$3; shift 3
-  timeout "$t" "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 --target-processes all "$@" > "$o/$name.log" 2>&1
+  # shellcheck disable=SC2086  # SANITIZER_ARGS: words, as on a command line
+  timeout "$t" "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 --target-processes all ${SANITIZER_ARGS:-} "$@" \
+    > "$o/$name.log" 2>&1
   local rc=$?
   local errors
   errors=$(grep -hoE "(ERROR|RACECHECK) SUMMARY: [0-9]+ (error|hazard)" "$o/$name.log" | awk '{s += $3} END {print s + 0}')

@@ -44,6 +44,15 @@ def run(w: Worker, case: Dict[str, Any], rid: int = 1, **opts: Any) -> Reply:
     return w.request(dict({"op": "run", "id": rid, "case": case}, **opts), random_frames(case))
 
 
+def run_faulted(fault: str, case: Dict[str, Any], ranks: int = 2, **opts: Any) -> Reply:
+    """One run of `case` on a new group of `ranks` with RECAP_RANK_FAULT=fault (closed after)."""
+    w = Worker("--ranks", str(ranks), env_extra={"RECAP_RANK_FAULT": fault})
+    try:
+        return run(w, case, **opts)
+    finally:
+        w.close()
+
+
 def verdicts(h: Dict[str, Any], f: Dict[str, Any], case: Dict[str, Any], one: Optional[Reply] = None) -> Dict[str, str]:
     return {v["check"]: v["verdict"] for v in rc.check_all(h, f, case, one)}
 
@@ -296,11 +305,7 @@ class RankFaultTest(unittest.TestCase):
     """Each planted rank fault is caught by its oracle (and only the fault changes the verdict)."""
 
     def faulted(self, fault: str, case: Dict[str, Any]) -> Tuple[Dict[str, str], Dict[str, Any]]:
-        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": fault})
-        try:
-            h, f = run(w, case)
-        finally:
-            w.close()
+        h, f = run_faulted(fault, case)
         self.assertEqual(h["status"], "ok", h.get("reason"))
         one = None
         if case is CASE_B:
@@ -376,11 +381,7 @@ class SequenceParallelTest(unittest.TestCase):
         cls.group.close()
 
     def faulted(self, fault: str, case: Dict[str, Any]) -> Dict[str, str]:
-        w = Worker("--ranks", "2", env_extra={"RECAP_RANK_FAULT": fault})
-        try:
-            h, f = run(w, case)
-        finally:
-            w.close()
+        h, f = run_faulted(fault, case)
         self.assertEqual(h["status"], "ok", h.get("reason"))
         return verdicts(h, f, case, self.one_g if case is CASE_SG else None)
 
@@ -495,17 +496,9 @@ class TpInsidePpTest(unittest.TestCase):
         self.assertEqual(v["pp_schedule_1f1b"]["verdict"], "passed")
 
     def test_shared_stage_seed_and_unreduced_sp_gradients(self) -> None:
-        w = Worker("--ranks", "4", env_extra={"RECAP_RANK_FAULT": "pp-stage-seed-shared"})
-        try:
-            h, f = run(w, self.M, tp=2, pp=2)
-        finally:
-            w.close()
+        h, f = run_faulted("pp-stage-seed-shared", self.M, 4, tp=2, pp=2)
         self.assertEqual(rc.pp_stage_masks_differ(h, self.M)["verdict"], "failed")
-        w = Worker("--ranks", "4", env_extra={"RECAP_RANK_FAULT": "sp-grad-not-reduced"})
-        try:
-            h, f = run(w, self.G, tp=2, pp=2)
-        finally:
-            w.close()
+        h, f = run_faulted("sp-grad-not-reduced", self.G, 4, tp=2, pp=2)
         self.assertEqual(rc.grads_match_one_rank(h, f, self.one_g[0], self.one_g[1], self.G)["verdict"], "failed")
 
 

@@ -133,7 +133,7 @@ case ${1:-} in
                # recap's own kernels; in default and bulk-copy but not simple: cuBLAS's writes
     S=$PWD/.device/symbols/recap; [ -x "$S" ] || S=$B
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    each=$(( ($(left) - 30) / 3 ))
+    each=$(( ($(left) - 30) / 4 ))  # a quarter each: the last for the campaign that follows a clean bulk-copy run
     for v in default bulk-copy simple; do
       extra=(); envs=(RECAP_CUDA_BLOCK_CACHE=0)
       [ $v = bulk-copy ] && extra=(--check-bulk-copy yes)
@@ -142,7 +142,15 @@ case ${1:-} in
         --error-exitcode 99 "$S" replay results/h200/next-issue21/cases/initcheck-bf16-per-layer.json --backend cuda \
         > "$o/initcheck-$v.log" 2>&1; echo "exit $?" >> "$o/initcheck-$v.log"
       echo "== $v: $(grep -E "ERROR SUMMARY|^exit" "$o/initcheck-$v.log" | tr '\n' ' ')"
-    done ;;
+    done
+    # bulk-copy clean where default was not: initcheck's blind spot. Then the acceptance run in the
+    # same call, with the time left: the 2-case campaign under initcheck following bulk copies.
+    if grep -q "ERROR SUMMARY: 0 errors" "$o/initcheck-bulk-copy.log" && [ "$(left)" -gt 150 ]; then
+      RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TOOLS=initcheck SANITIZER_TESTS=none SANITIZER_DIMS=small \
+        SANITIZER_ARGS="--check-bulk-copy yes" SANITIZER_TIMEOUT=$(( $(left) - 40 )) \
+        timeout -k 10 $(( $(left) - 20 )) bash scripts/gpu-sanitizer.sh 2 > "$o/sanitizer.log" 2>&1
+      echo "exit $?" >> "$o/sanitizer.log"; cat "$o/sanitizer/summary.txt" 2>/dev/null
+    fi ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
