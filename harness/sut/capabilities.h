@@ -45,8 +45,8 @@ struct Capabilities {
   // "executor"). Empty: one rank only, and the generators draw no tp (their draws unchanged).
   std::vector<int> tp;
   std::vector<training::ExecutorKind> tp_executor;
-  // Pipeline stages above 1 the group runs (its hello's "pp": [N]); a case's tp * pp is one of the
-  // group's sizes (tp or pp values). Empty: no pp is drawn.
+  // Pipeline stages above 1 the groups run (their hellos' "pp"); a case's tp * pp is the size of
+  // one of the groups (`worlds`). Empty: no pp is drawn.
   std::vector<int> pp;
   // Whether the group runs tp cases sequence parallel too (its hello's "sp": true). False: no sp is drawn.
   bool sp = false;

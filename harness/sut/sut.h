@@ -219,10 +219,10 @@ class WorkerSut : public Sut {
   SutInfo info_;
 };
 
-// recap fuzz|replay --sut torch --ranks N: the ordinary one-rank worker and a rank group of N
-// ranks, each a WorkerSut (started when first needed, replaced when it dies). A case goes to the one
-// its tp names: tp 1 to the one-rank worker (and so does every one-rank twin an oracle asks for),
-// tp N to the group; any other tp is skipped by the worker it reaches.
+// recap fuzz|replay --sut torch --ranks N: the ordinary one-rank worker and a rank group of n ranks
+// for every divisor n > 1 of N, each a WorkerSut (started when first needed, replaced when it dies).
+// A case goes to the one its tp * pp names: 1 to the one-rank worker (and so does every one-rank
+// twin an oracle asks for), n to the group of n; a size no group has is skipped, naming the groups.
 class RankedSut : public Sut {
  public:
   // groups: by their number of ranks (--ranks N starts one of every divisor of N above 1, so that
