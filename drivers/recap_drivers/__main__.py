@@ -43,7 +43,8 @@ def make_rank(world: int, rank: int, device: str) -> Any:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and torch.cuda.is_available():
-        torch.cuda.set_device(max(rank, 0))  # a GPU per rank (LOCAL_RANK)
+        # a GPU per rank (LOCAL_RANK); fewer GPUs than ranks: shared (core/ranks.py backend_for: gloo)
+        torch.cuda.set_device(max(rank, 0) % torch.cuda.device_count())
     timeout, _ = parse_timeout()
     dev = torch.device(device)
     if rank > 0:

@@ -50,8 +50,13 @@ from .rank_args import TIMEOUT_ENV
 STORE_ENV = "RECAP_RANK_STORE"  # host:port of the leader's TCPStore, for ranks 1 .. N-1
 
 
-def backend_for(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
+def backend_for(device: torch.device, world: int) -> str:
+    """gloo on the CPU; on CUDA nccl with a GPU per rank, else gloo over CUDA tensors (the ranks
+    share the GPUs, rank r on GPU r % count, and NCCL refuses two ranks on one GPU): that runs the
+    ranks' CUDA paths on a machine of fewer GPUs than ranks, not NCCL."""
+    if device.type != "cuda":
+        return "gloo"
+    return "nccl" if torch.cuda.device_count() >= world else "gloo"
 
 
 def how_it_ended(code: Optional[int]) -> str:
@@ -77,7 +82,7 @@ def child_init(rank: int, world: int, device: torch.device, timeout: float) -> N
     if not host or not port.isdigit():
         raise RuntimeError(f"rank {rank}: {STORE_ENV} is not host:port")
     store = dist.TCPStore(host, int(port), world, False, timeout=datetime.timedelta(seconds=timeout))
-    _init_group(backend_for(device), store, rank, world, timeout)
+    _init_group(backend_for(device, world), store, rank, world, timeout)
 
 
 class Group:
@@ -99,7 +104,7 @@ class Group:
 
         def join() -> None:
             try:
-                _init_group(backend_for(device), store, 0, world, timeout)
+                _init_group(backend_for(device, world), store, 0, world, timeout)
             except BaseException as e:  # noqa: B902 - reported by the waiting thread
                 failed.append(e)
 
@@ -236,7 +241,7 @@ class GroupSUT:
         except case_mod.CaseError as e:  # the ranks accepted it: cannot happen, but never silently
             raise RequestError(f"case: {e}") from None
         return merge([results[r][1] for r in range(self.world)], [tuple(p.shape) for p in case_mod.param_infos(c)],
-                     backend_for(self.group.device))
+                     backend_for(self.group.device, self.world))
 
 
 # -- the gathered observation --

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 22's first device calls, prepared (from the tree's root; .device carried: the stripped
+# `recap` of the gpu preset, as results/h200/next-issue21 builds it). One mode per call, ending
+# within CALL_S seconds (default 540):
+#   groups     the torch rank groups on CUDA: every tests/cli/data rank file (tp 2, sp, pp 2, tp 2
+#              inside pp 2) replayed clean, then under each planted rank fault its oracle must catch
+#              (as cli.sut_torch_ranks_faults, cli.sut_torch_pp_faults and cli.sut_torch_tp_pp_faults
+#              do on the CPU). On one GPU the ranks share it over gloo (core/ranks.py backend_for); on
+#              two or more, nccl.
+#   campaign   recap fuzz --sut torch --backend cuda --ranks ${RANKS:-4} (groups of every divisor),
+#              seed 1, ${CASES:-300} cases, 4 jobs: every shape drawn, every bucket in the report
+#   scaling    (two or more GPUs) recap fuzz --sut torch --backend cuda --gpus G for G = 1 .. all,
+#              ${RATE_S:-60} s of cases at 4 jobs per GPU: cases a minute by GPU count
+#   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue22/run.sh groups
+# Not here: megatron-core with tp, pp and sp (the megatron driver's rank groups are not built).
+set -u
+. scripts/gpu-out.sh
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 RECAP_CORPUS_DIR=$PWD/corpus
+B=$PWD/.device/slim/harness/cli/recap
+CALL_S=${CALL_S:-540}
+{ nvidia-smi -L; echo "commit ${RECAP_GIT_COMMIT:-?}"; nproc --all; echo "mode $*"; } > "$o/machine.txt" 2>&1
+left() { echo $(( CALL_S - 30 - SECONDS )); }
+D=tests/cli/data
+W=(--worker-env "PYTHONPATH=$PWD/drivers")
+case ${1:-} in
+  groups)
+    timeout -k 10 $(( $(left) / 3 )) "$B" replay --sut torch --backend cuda "${W[@]}" $D/tp2-masks.json $D/tp2-grads.json \
+      $D/tp2-sp-masks.json $D/tp2-sp-grads.json $D/pp2-masks.json $D/pp2-grads.json $D/tp2-pp2-masks.json $D/tp2-pp2-grads.json \
+      --report "$o/clean.json" > "$o/clean.log" 2>&1; echo "exit $?" >> "$o/clean.log"
+    all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,training
+    for f in tp-seed-shared:tp2-pp2-masks tp-recompute-stale:tp2-pp2-masks dp-seed-per-rank:tp2-pp2-masks \
+             tp-grad-not-reduced:tp2-pp2-grads pp-stage-seed-shared:tp2-pp2-masks pp-send-stale:tp2-pp2-grads \
+             pp-schedule-gpipe:tp2-pp2-grads sp-grad-not-reduced:tp2-sp-grads sp-block-no-fork:tp2-sp-masks; do
+      [ "$(left)" -gt 40 ] || break
+      fault=${f%%:*}; file=$D/${f#*:}.json
+      timeout -k 10 60 "$B" replay --sut torch --backend cuda "${W[@]}" "$file" --property "$all" \
+        --worker-env "RECAP_RANK_FAULT=$fault" > "$o/$fault.log" 2>&1; echo "exit $?" >> "$o/$fault.log"
+      echo "== $fault: $(grep -E '^  [a-z_0-9]+ +incorrect' "$o/$fault.log" | cut -c1-120 | head -2 | tr '\n' ' ')"
+    done
+    grep -E "^replay|^  (tp_|outside|grads_match|pp_|rank_|reference)" "$o/clean.log" | cut -c1-160 ;;
+  campaign)
+    timeout -k 30 $(( $(left) - 20 )) "$B" fuzz --sut torch --backend cuda "${W[@]}" --ranks "${RANKS:-4}" --cases "${CASES:-300}" \
+      --seed 1 --jobs 4 --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign.json" > "$o/campaign.log" 2>&1
+    echo "exit $?" >> "$o/campaign.log"; grep -E "cases in|by disposition|no failure|counterexample" "$o/campaign.log" ;;
+  scaling)
+    n=$(nvidia-smi -L | wc -l)
+    for g in $(seq 1 "$n"); do
+      [ "$(left)" -gt $(( ${RATE_S:-60} + 40 )) ] || break
+      gpus=$(seq -s, 0 $(( g - 1 )))
+      timeout -k 20 $(( ${RATE_S:-60} + 30 )) "$B" fuzz --sut torch --backend cuda "${W[@]}" --gpus "$gpus" --jobs $(( 4 * g )) \
+        --cases 100000 --seed 1 --time-budget "${RATE_S:-60}" --shrink-limit 4 --known-findings corpus/known-findings/torch-2.11.json \
+        --corpus-dir "$o/c$g" --report "$o/gpus$g.json" > "$o/gpus$g.log" 2>&1; echo "exit $?" >> "$o/gpus$g.log"
+      echo "== $g GPUs: $(grep -E 'cases/min' "$o/gpus$g.log" | tail -1)"
+    done ;;
+  *) echo "usage: run.sh groups | campaign | scaling" > "$o/usage.txt"; exit 2 ;;
+esac
