@@ -1047,6 +1047,27 @@ PY
   rc=$?; cat tp8.txt
   grep -q "skipped: the system under test cannot run this case: tp 8 pp 1: no rank group of 8 ranks (--ranks 4 started groups of 2, 4)" tp8.txt || fail "tp 8 on --ranks 4 (exit $rc)"
   ;;
+sut_torch_ranks_report_independent_of_jobs)
+  # Determinism with rank groups: the same seed gives the same report (timings aside) with --jobs 1
+  # and 2, each job starting its own groups of 2 and 4 ranks (--ranks 4). Seed 5's 8 cases draw
+  # shapes of both groups and one rank, sp among them (checked: not vacuous). Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  canon="$src/scripts/report-canon.py"
+  for j in 1 2; do
+    "$recap" fuzz --sut torch --ranks 4 --backend sim --seed 5 --cases 8 --shrink-limit 4 --jobs $j --corpus-dir c$j \
+      --report r$j.json > out$j.txt 2> err$j.txt
+    rc=$?; [ "$rc" -eq 0 ] || { tail -5 err$j.txt; fail "--jobs $j: exit $rc"; }
+    "$py" "$canon" r$j.json > r$j.canon || fail "r$j.json: cannot read the report"
+  done
+  cmp -s r1.canon r2.canon || { diff r1.canon r2.canon | head -20; fail "--ranks 4: the --jobs 2 report differs"; }
+  "$py" -c '
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+worlds = {c["spec"].get("tp", 1) * c["spec"].get("pp", 1) for c in cases}
+assert worlds == {1, 2, 4} and any(c["spec"].get("sp") for c in cases), (worlds, len(cases))
+print(len(cases), "cases on groups of", sorted(worlds))' r1.json || fail "vacuous: the shapes drawn"
+  ;;
 sut_torch_pp_fuzz_shrinks)
   # recap fuzz --sut torch --ranks 2 on the CPU draws pp from the group's hello (capabilities.pp),
   # early, so it shrinks toward 1 first. pp-send-stale (a stage sends the previous microbatch's
