@@ -38,7 +38,7 @@ struct SutFlags {
   double case_timeout = -1;               // --case-timeout; -1: the default (600 s for a worker)
   std::string worker_python;              // --worker-python; "" RECAP_PYTHON, else python3
   std::vector<std::string> worker_env;    // --worker-env KEY=VALUE, the worker's environment only
-  int ranks = 0;                          // --ranks N (2..64, --sut torch): a rank group of N beside the one-rank worker
+  int ranks = 0;                          // --ranks N (2..64, --sut torch): rank groups of every divisor n > 1 of N beside the one-rank worker
 };
 // Adds --sut, --case-timeout, --worker-python, --worker-env and --ranks.
 void add_sut_options(CLI::App& cmd, SutFlags* f);
