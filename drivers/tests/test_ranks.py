@@ -350,7 +350,8 @@ CASE_SG = make_case("sp-grads", [{"kind": "linear"}, {"kind": "mlp", "checkpoint
 
 
 def one_rank(case: Dict[str, Any]) -> Dict[str, Any]:
-    return dict(case, tp=1, sp=False)
+    """The same case on one rank (what recap's one-rank twin runs)."""
+    return dict(case, tp=1, pp=1, sp=False)
 
 
 @unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
@@ -465,7 +466,7 @@ class TpInsidePpTest(unittest.TestCase):
             cls.hello, _ = cls.group.request({"op": "hello", "protocol": "recap.worker/1"})
             cls.m = run(cls.group, cls.M, tp=2, pp=2)
             cls.g = run(cls.group, cls.G, rid=2, tp=2, pp=2)
-            cls.one_g = run(one, dict(cls.G, tp=1, pp=1, sp=False))
+            cls.one_g = run(one, one_rank(cls.G))
         finally:
             one.close()
 

@@ -7,6 +7,19 @@ fail() { echo "FAIL: $*"; exit 1; }
 # FILE PATTERN WHAT: a line of FILE matches PATTERN, runs of spaces squeezed on both sides
 # (replay's property column widens to its longest name)
 expect() { tr -s ' ' < "$1" | grep -q "$(printf '%s' "$2" | tr -s ' ')" || fail "$3 (no line '$2' in $1)"; }
+# A planted rank fault (RECAP_RANK_FAULT) caught: `recap replay` of the files under it exits 1, each
+# of ORACLES (comma-separated) is incorrect in FAULT.txt, and passed in the clean run's clean.txt.
+rank_fault_caught() {  # FAULT ORACLES PROPERTIES FILE...
+  local fault=$1 oracles=$2 props=$3 oracle rc; shift 3
+  "$recap" replay --sut torch --backend sim "$@" --property "$props" --worker-env "RECAP_RANK_FAULT=$fault" \
+    > "$fault.txt" 2> err.txt
+  rc=$?; echo "== $fault: exit $rc"; cat "$fault.txt"
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "$fault: exit $rc, expected 1"; }
+  for oracle in $(echo "$oracles" | tr , ' '); do
+    grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
+    grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
+  done
+}
 # The torch checks: skipped (77) where $RECAP_PYTHON (CMake: the drivers' interpreter) has no
 # torch, failed where RECAP_REQUIRE_TORCH is set (scripts/bootstrap.sh test, so CI).
 need_torch() {  # PYTHON
@@ -867,13 +880,8 @@ sut_torch_ranks_faults)
   for f in tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
            dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
            sp-block-no-fork:tp_masks_differ:spmasks sp-grad-not-reduced:grads_match_one_rank:spgrads; do
-    fault=${f%%:*}; rest=${f#*:}; oracle=${rest%%:*}; file=$(eval echo \$${rest#*:})
-    "$recap" replay --sut torch --backend sim "$file" --property "$ranks" --worker-env "RECAP_RANK_FAULT=$fault" \
-      > "$fault.txt" 2> err.txt
-    rc=$?; echo "== $fault: exit $rc"; cat "$fault.txt"
-    [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "$fault: exit $rc, expected 1"; }
-    grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
-    grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
+    rest=${f#*:}
+    rank_fault_caught "${f%%:*}" "${rest%%:*}" "$ranks" "$(eval echo \$${rest#*:})"
   done
   # The fp64 reference applies the group's masks (the ranks' own, assembled in rank order inside the
   # regions) to the full model: it passes on the clean group, where draws inside regions leave
@@ -973,15 +981,7 @@ sut_torch_pp_faults)
   # on pp2-grads, the fp64 training oracle on pp2-masks (where grads_match_one_rank is skipped)
   for f in pp-stage-seed-shared:pp_stage_masks_differ pp-send-stale:grads_match_one_rank,training \
            pp-schedule-gpipe:pp_schedule_1f1b; do
-    fault=${f%%:*}; oracles=${f#*:}
-    "$recap" replay --sut torch --backend sim "$grads" "$masks" --property "$oracles" --worker-env "RECAP_RANK_FAULT=$fault" \
-      > "$fault.txt" 2> err.txt
-    rc=$?; echo "== $fault: exit $rc"; cat "$fault.txt"
-    [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "$fault: exit $rc, expected 1"; }
-    for oracle in $(echo "$oracles" | tr , ' '); do
-      grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
-      grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
-    done
+    rank_fault_caught "${f%%:*}" "${f#*:}" "${f#*:}" "$grads" "$masks"
   done
   expect pp-send-stale.txt "grads_match_one_rank incorrect: 'grad 0 1 0': not bitwise equal to the one-rank run" "pp-send-stale: where"
   expect pp-send-stale.txt "training          incorrect: step 1 vs the fp64 reference" "pp-send-stale: the fp64 training oracle"
@@ -1011,12 +1011,8 @@ sut_torch_tp_pp_faults)
            dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
            pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:grads_match_one_rank:grads \
            pp-schedule-gpipe:pp_schedule_1f1b:grads sp-grad-not-reduced:grads_match_one_rank:grads; do
-    fault=${f%%:*}; rest=${f#*:}; oracle=${rest%%:*}; file=$(eval echo \$${rest#*:})
-    "$recap" replay --sut torch --backend sim "$file" --property "$all" --worker-env "RECAP_RANK_FAULT=$fault" > "$fault.txt" 2> err.txt
-    rc=$?; echo "== $fault: exit $rc"; cat "$fault.txt"
-    [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "$fault: exit $rc, expected 1"; }
-    grep -Eq "^  $oracle +incorrect" "$fault.txt" || fail "$fault: $oracle did not fail"
-    grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
+    rest=${f#*:}
+    rank_fault_caught "${f%%:*}" "${rest%%:*}" "$all" "$(eval echo \$${rest#*:})"
   done
   ;;
 sut_torch_ranks_shrink_world)

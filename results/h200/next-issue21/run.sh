@@ -21,12 +21,7 @@
 #                  ncu (gpu__time_duration per kernel, graph nodes included), summed by ncu_summary.py
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue21/run.sh campaign 0/4
 set -u
-. scripts/gpu-out.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 RECAP_CORPUS_DIR=$PWD/corpus
-B=$PWD/.device/slim/harness/cli/recap
-CALL_S=${CALL_S:-540}
-{ nvidia-smi -L; echo "commit ${RECAP_GIT_COMMIT:-?}"; nproc --all; echo "mode $*"; } > "$o/machine.txt" 2>&1
-left() { echo $(( CALL_S - 30 - SECONDS )); }
+. scripts/gpu-call.sh  # $o, $B, CALL_S, left(), machine.txt
 summary() { for f in "$o"/*.log; do echo "== $(basename "$f")"; grep -E "cases/min|by disposition|no failure|exit|interrupted" "$f" | head -5
   sed -n '/profile (/,$p' "$f" | grep -E "^    case |sync \(|alloc \(|h2d \(|determinism"; done; }
 case ${1:-} in

@@ -14,12 +14,7 @@
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue22/run.sh groups
 # Not here: megatron-core with tp, pp and sp (the megatron driver's rank groups are not built).
 set -u
-. scripts/gpu-out.sh
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64 OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 RECAP_CORPUS_DIR=$PWD/corpus
-B=$PWD/.device/slim/harness/cli/recap
-CALL_S=${CALL_S:-540}
-{ nvidia-smi -L; echo "commit ${RECAP_GIT_COMMIT:-?}"; nproc --all; echo "mode $*"; } > "$o/machine.txt" 2>&1
-left() { echo $(( CALL_S - 30 - SECONDS )); }
+. scripts/gpu-call.sh  # $o, $B, CALL_S, left(), machine.txt
 D=tests/cli/data
 W=(--worker-env "PYTHONPATH=$PWD/drivers")
 case ${1:-} in

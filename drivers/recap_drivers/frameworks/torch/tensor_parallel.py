@@ -509,6 +509,18 @@ def tp_problem(c: case_mod.Case, world: int) -> str:
     return ""
 
 
+def megatron_seeds(device: torch.device, seed: int, tp_rank: int) -> RngTracker:
+    """megatron-core's model_parallel_cuda_manual_seed(seed) on this rank: the default generator
+    seeded `seed` (equal on every tensor-parallel rank), and the tracker with 'model-parallel-rng'
+    seeded seed + 2718 + tp_rank. Planted: dp-seed-per-rank seeds the default generator
+    seed + tp_rank; tp-seed-shared seeds rank 1's tracker as rank 0's."""
+    torch.manual_seed(seed + (tp_rank if rank_faults.FAULT == "dp-seed-per-rank" else 0))
+    tracker = RngTracker(device)
+    shared = rank_faults.FAULT == "tp-seed-shared" and tp_rank == 1
+    tracker.add(TP_RNG, seed + TP_SEED_OFFSET + (0 if shared else tp_rank))
+    return tracker
+
+
 class TPRunner(TorchRunner):
     """One rank's execution of a case: the tensor-parallel model, the generators seeded as
     megatron-core's model_parallel_cuda_manual_seed seeds them."""
@@ -517,14 +529,7 @@ class TPRunner(TorchRunner):
         rank, world = dist.get_rank(), dist.get_world_size()
         TPGroup.set(None, rank, world)
         c = self.case
-        # Runner.__init__ has just run torch.manual_seed(seed_rng): the default (data-parallel)
-        # state, equal on every rank
-        if rank_faults.FAULT == "dp-seed-per-rank":  # planted: outside-region masks differ by rank
-            torch.manual_seed(c.seed_rng + rank)
-        tracker = RngTracker(self.dev)
-        tp_rank = 0 if (rank_faults.FAULT == "tp-seed-shared" and rank == 1) else rank  # planted: rank 1 as rank 0
-        tracker.add(TP_RNG, c.seed_rng + TP_SEED_OFFSET + tp_rank)
-        self.tracker = tracker
+        self.tracker = tracker = megatron_seeds(self.dev, c.seed_rng, rank)
         model = TPModel(c, Ctx(rank, world, self.dev, tracker, c.sp))
         if rank_faults.FAULT == "kill-rank" and rank == world - 1:
             plant_kill_rank(model.layers[0], rank)
@@ -541,10 +546,7 @@ class TPPipelineRunner(PPRunner):
         c, tp, stage, tp_rank = self.case, self.tp, self.stage, self.tp_rank
         TPGroup.set(self.sut.tp_group(tp, self.pp, stage), tp_rank, tp)
         seed = c.seed_rng + PP_SEED_STRIDE * (0 if rank_faults.FAULT == "pp-stage-seed-shared" else stage)
-        torch.manual_seed(seed + (tp_rank if rank_faults.FAULT == "dp-seed-per-rank" else 0))
-        tracker = RngTracker(self.dev)
-        tracker.add(TP_RNG, seed + TP_SEED_OFFSET + (0 if rank_faults.FAULT == "tp-seed-shared" and tp_rank == 1 else tp_rank))
-        self.tracker = tracker
+        self.tracker = tracker = megatron_seeds(self.dev, seed, tp_rank)
         model = TPModel(c, Ctx(tp_rank, tp, self.dev, tracker, c.sp))
         rank = dist.get_rank()
         if rank_faults.FAULT == "kill-rank" and rank == dist.get_world_size() - 1:
