@@ -164,15 +164,24 @@ void fit_to_group(CaseSpec& s, int tp, bool sp, const sut::Capabilities& caps) {
   }
 }
 
-// A case of pp P for a rank group: an executor the group runs, and a layer count that splits into
-// P stages (megatron-core gives each stage num_layers / P): the drawn layers cut down to a multiple
-// of P, or repeated up to P where fewer were drawn (so a shrunk case keeps one layer per stage).
-void fit_to_pipeline(CaseSpec& s, int pp, const sut::Capabilities& caps) {
+// A case of pp P (and V virtual stages) for a rank group: an executor the group runs, and a layer
+// count that splits into P * V model chunks (megatron-core gives each num_layers / P / V): the
+// drawn layers cut down to a multiple of P * V, or repeated up to P * V where fewer were drawn (so
+// a shrunk case keeps one layer per chunk). With V > 1 the microbatches are rounded up to a
+// multiple of P (the interleaved schedule refuses a smaller last group of microbatches), in the
+// default order; V is dropped where that passes recap's 16 microbatches.
+void fit_to_pipeline(CaseSpec& s, int pp, int vp, const sut::Capabilities& caps) {
   s.pp = pp;
   if (!caps.tp_executor.empty()) fit(s.executor, caps.tp_executor);
-  const size_t n = s.layers.size();
+  const int mbs = (s.microbatches + pp - 1) / pp * pp;
+  if (vp > 1 && mbs <= 16) {
+    s.vp = vp;
+    if (mbs != s.microbatches) s.order.clear();
+    s.microbatches = mbs;
+  }
+  const size_t n = s.layers.size(), k = static_cast<size_t>(pp * s.vp);
   if (n == 0) return;
-  const size_t want = n < static_cast<size_t>(pp) ? static_cast<size_t>(pp) : n - n % static_cast<size_t>(pp);
+  const size_t want = n < k ? k : n - n % k;
   std::vector<training::LayerFlags> layers;
   std::vector<models::LayerSpec> model;
   for (size_t i = 0; i < want; ++i) {
@@ -242,7 +251,7 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
         rc::gen::set(&CaseDraw::rng_seed, uniform(1, 1000)));
   });
 
-  auto build = [=](const CaseDraw& d, int tp, int pp, bool sp) {
+  auto build = [=](const CaseDraw& d, int tp, int pp, bool sp, int vp) {
     CaseSpec s;
     s.name = "generated";
     s.model.hidden = d.hidden;
@@ -334,12 +343,12 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     s.faults = config.faults;
     fit_to_sut(s, caps);
     if (tp > 1) fit_to_group(s, tp, sp, caps);
-    if (pp > 1) fit_to_pipeline(s, pp, caps);
+    if (pp > 1) fit_to_pipeline(s, pp, vp, caps);
     return s;
   };
   // One rank only (every system without --ranks): no tp draw, so the draws and every fixed-seed
   // case are what they were.
-  if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1, false); });
+  if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1, false, 1); });
   // A rank group: the group's shape (tp, pp) is drawn first, so that RapidCheck shrinks it first,
   // toward (1, 1) (a failure that still happens on one rank is no cross-rank bug), keeping N where
   // only N fails. Shapes the groups run: tp * pp is the size of one of them (caps.worlds; without
@@ -347,6 +356,8 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   // pp [2, 4], and runs tp 4, pp 4, or tp 2 with pp 2), smaller groups first, toward which the
   // larger shrink; and, where the groups run sequence parallelism, each shape of tp > 1 with sp
   // (after the shapes without it, toward which they shrink). A shape is tp * 1000 + pp * 10 + sp.
+  // Virtual stages are a draw of their own after the case's (so that the shape and the case draw
+  // what they drew before vp existed), used where pp > 1 and shrinking toward none.
   std::vector<int> worlds = caps.worlds;
   if (worlds.empty()) {
     int world = 1;
@@ -366,10 +377,13 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   if (caps.sp)
     for (size_t i = 1, n = shapes.size(); i < n; ++i)
       if (shapes[i].second / 1000 > 1) shapes.push_back({2, shapes[i].second + 1});
-  return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw), [=](const std::tuple<int, CaseDraw>& t) {
-    const int shape = std::get<0>(t);
-    return build(std::get<1>(t), shape / 1000, shape % 1000 / 10, shape % 10 == 1);
-  });
+  std::vector<std::pair<int, int>> vps = {{2, 1}};
+  for (int v : caps.vp) vps.push_back({1, v});
+  return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw, weighted<int>(vps)),
+                      [=](const std::tuple<int, CaseDraw, int>& t) {
+                        const int shape = std::get<0>(t);
+                        return build(std::get<1>(t), shape / 1000, shape % 1000 / 10, shape % 10 == 1, std::get<2>(t));
+                      });
 }
 
 }  // namespace recap::properties

@@ -38,7 +38,7 @@ FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registere
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",
              "microbatch_order", "generator", "device_state", "warmup_backward", "shared_pool", "seeds", "lr",
-             "tp", "pp", "sp", "faults"}
+             "tp", "pp", "vp", "sp", "faults"}
 LAYER_KEYS = {"kind", "heads", "ffn_hidden", "dropout", "checkpoint", "checkpoint_modules", "graphed"}
 
 
@@ -95,6 +95,7 @@ class Case:
     lr: float = _f32(0.05)
     tp: int = 1  # tensor-parallel world size; a run request's "tp" is what a rank group reads (PROTOCOL.md 10)
     pp: int = 1  # pipeline stages; as tp, the run request's "pp" is what a rank group reads
+    vp: int = 1  # virtual pipeline stages per pipeline rank (pp > 1): megatron-core's interleaved schedule
     sp: bool = False  # sequence parallelism over the tensor-parallel ranks (tp > 1)
     expected: Any = None
     faults: List[str] = field(default_factory=list)  # recap's runtime's fault points; frameworks have none
@@ -302,6 +303,8 @@ def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
         c.tp = _int(j["tp"], "tp")
     if "pp" in j:
         c.pp = _int(j["pp"], "pp")
+    if "vp" in j:
+        c.vp = _int(j["vp"], "vp")
     if "sp" in j:
         v = j["sp"]
         if not isinstance(v, bool):
@@ -400,6 +403,10 @@ def validate(c: Case) -> str:
         return _range("pp", 1, 64, c.pp)
     if c.tp * c.pp > 64:
         return f"pp {c.pp} with tp {c.tp}: {c.tp * c.pp} ranks, at most 64"
+    if c.vp < 1 or c.vp > 16:
+        return _range("vp", 1, 16, c.vp)
+    if c.vp > 1 and c.pp < 2:
+        return f"vp: virtual pipeline stages interleave the chunks of pipeline ranks: needs pp > 1, got pp {c.pp}"
     if c.sp and c.tp < 2:
         return f"sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1, got tp {c.tp}"
     return ""

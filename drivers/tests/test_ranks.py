@@ -222,10 +222,10 @@ class PipelineTest(unittest.TestCase):
             self.assertEqual(s["losses"], r1["losses"])  # the step's losses are the last stage's
             self.assertEqual(s["masks"], r0["masks"] + r1["masks"])  # every stage's draws in stage order
             self.assertTrue(all(m["layer"].startswith(("mlp0", "attention1")) for m in r0["masks"]))
-            self.assertEqual(r0["schedule"], [["forward", 0], ["forward", 1], ["backward", 0], ["forward", 2],
-                                              ["backward", 1], ["backward", 2]])
-            self.assertEqual(r1["schedule"], [["forward", 0], ["backward", 0], ["forward", 1], ["backward", 1],
-                                              ["forward", 2], ["backward", 2]])
+            self.assertEqual(r0["schedule"], [["forward", 0, 0], ["forward", 1, 0], ["backward", 0, 0], ["forward", 2, 0],
+                                              ["backward", 1, 0], ["backward", 2, 0]])
+            self.assertEqual(r1["schedule"], [["forward", 0, 0], ["backward", 0, 0], ["forward", 1, 0], ["backward", 1, 0],
+                                              ["forward", 2, 0], ["backward", 2, 0]])
         self.assertEqual(set(self.one_p[1]), set(n for n in f if "@" not in n))  # the one-rank reply's shape
         self.assertIn("grad 0 0 0 @0", f)
         self.assertNotIn("grad 0 0 0 @1", f)  # a rank sends its own stage's gradients only
@@ -351,7 +351,7 @@ CASE_SG = make_case("sp-grads", [{"kind": "linear"}, {"kind": "mlp", "checkpoint
 
 def one_rank(case: Dict[str, Any]) -> Dict[str, Any]:
     """The same case on one rank (what recap's one-rank twin runs)."""
-    return dict(case, tp=1, pp=1, sp=False)
+    return dict(case, tp=1, pp=1, vp=1, sp=False)
 
 
 @unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
@@ -501,6 +501,83 @@ class TpInsidePpTest(unittest.TestCase):
         self.assertEqual(rc.pp_stage_masks_differ(h, self.M)["verdict"], "failed")
         h, f = run_faulted("sp-grad-not-reduced", self.G, 4, tp=2, pp=2)
         self.assertEqual(rc.grads_match_one_rank(h, f, self.one_g[0], self.one_g[1], self.G)["verdict"], "failed")
+
+
+@unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")
+class VirtualPipelineTest(unittest.TestCase):
+    """pp 2 with vp 2 on a group of 2 (tests/cli/data/pp2-vp2-*.json): rank s holds chunks c of
+    virtual stage c * 2 + s, run in megatron-core's interleaved 1F1B order (core/schedules.py)."""
+
+    group: Worker
+    g: Reply
+    m: Reply
+    one_g: Reply
+    G: Dict[str, Any]
+    M: Dict[str, Any]
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.G, cls.M = data_case("pp2-vp2-grads"), data_case("pp2-vp2-masks")
+        cls.group = Worker("--ranks", "2")
+        one = Worker()
+        try:
+            cls.g = run(cls.group, cls.G, pp=2)
+            cls.m = run(cls.group, cls.M, rid=2, pp=2)
+            cls.one_g = run(one, one_rank(cls.G))
+        finally:
+            one.close()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.group.close()
+
+    def test_observation(self) -> None:
+        h, f = self.g
+        self.assertEqual(h["status"], "ok", h.get("reason"))
+        g = h["ranks"]
+        self.assertEqual((g["pp"], g["vp"], g["stages"], g["stage_layers"]), (2, 2, [0, 1], [[0, 1], [1, 2], [2, 3], [3, 4]]))
+        for s in h["steps"]:
+            r0, r1 = s["ranks"]
+            # rank 0 warms up (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 forwards, rank 1 two
+            self.assertEqual(r0["schedule"][:5], [["forward", 0, 0], ["forward", 1, 0], ["forward", 0, 1], ["forward", 1, 1],
+                                                  ["forward", 2, 0]])
+            self.assertEqual(r1["schedule"][:4], [["forward", 0, 0], ["forward", 1, 0], ["forward", 0, 1], ["backward", 0, 1]])
+            self.assertEqual(len(r0["schedule"]), 16)
+        self.assertIn("grad 0 0 6 @0", f)  # swiglu2: rank 0's second chunk
+        self.assertIn("grad 0 0 4 @1", f)  # linear1: rank 1's first chunk
+        self.assertNotIn("grad 0 0 4 @0", f)
+
+    def test_oracles(self) -> None:
+        h, f = self.g
+        v = {x["check"]: x for x in rc.check_all(h, f, self.G, self.one_g)}
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "passed", v["grads_match_one_rank"]["reason"])
+        self.assertIn("bitwise", v["grads_match_one_rank"]["reason"])
+        self.assertEqual(v["pp_schedule_1f1b"]["verdict"], "passed", v["pp_schedule_1f1b"]["reason"])
+        self.assertEqual(v["pp_schedule_1f1b"]["evidence"]["model_chunks"], 2)
+        self.assertEqual(v["recompute_equal"]["verdict"], "passed")
+        h, f = self.m
+        v = {x["check"]: x for x in rc.check_all(h, f, self.M, self.one_g)}
+        self.assertEqual(v["grads_match_one_rank"]["verdict"], "skipped")
+        self.assertIn("stage 0 draws in a later model chunk (mlp2.dropout)", v["grads_match_one_rank"]["reason"])
+        self.assertEqual(v["pp_stage_masks_differ"]["verdict"], "passed", v["pp_stage_masks_differ"]["reason"])
+
+    def test_schedule_oracle_sees_a_chunk_out_of_order(self) -> None:
+        h, f = self.g
+        bad = json.loads(json.dumps(h))
+        row = bad["steps"][0]["ranks"][0]["schedule"]
+        row[1], row[2] = row[2], row[1]  # chunk 1 of microbatch 0 before chunk 0 of microbatch 1
+        v = rc.pp_schedule_1f1b(bad)
+        self.assertEqual(v["verdict"], "failed")
+        self.assertIn("event 1 was the forward of microbatch 0 on chunk 1, interleaved 1F1B runs the forward of "
+                      "microbatch 1 on chunk 0", v["reason"])
+
+    def test_cases_the_schedule_refuses_are_skipped(self) -> None:
+        h, _ = run(self.group, dict(self.G, microbatches=3), rid=3, pp=2)
+        self.assertEqual(h["status"], "skipped")
+        self.assertIn("3 microbatches are not a multiple of 2", h["reason"])
+        h, _ = run(self.group, dict(self.G, layers=self.G["layers"][:2]), rid=4, pp=2)
+        self.assertEqual(h["status"], "skipped")
+        self.assertIn("2 layers are not a multiple of 4", h["reason"])
 
 
 @unittest.skipUnless(HAVE_GLOO, "needs torch with gloo")

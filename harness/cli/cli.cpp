@@ -213,8 +213,11 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
           if (std::find(merged.tp.begin(), merged.tp.end(), t) == merged.tp.end()) merged.tp.push_back(t);
         for (int p : gc.pp)
           if (std::find(merged.pp.begin(), merged.pp.end(), p) == merged.pp.end()) merged.pp.push_back(p);
+        for (int v : gc.vp)
+          if (std::find(merged.vp.begin(), merged.vp.end(), v) == merged.vp.end()) merged.vp.push_back(v);
         std::sort(merged.tp.begin(), merged.tp.end());
         std::sort(merged.pp.begin(), merged.pp.end());
+        std::sort(merged.vp.begin(), merged.vp.end());
         merged.tp_executor = gc.tp_executor;
         merged.sp = merged.sp || gc.sp;
         merged.worlds.push_back(n);
@@ -230,6 +233,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
     s.caps.tp = group_caps->tp;
     s.caps.tp_executor = group_caps->tp_executor;
     s.caps.pp = group_caps->pp;
+    s.caps.vp = group_caps->vp;
     s.caps.sp = group_caps->sp;
     s.caps.worlds = group_caps->worlds;
   }

@@ -119,6 +119,19 @@ void read_dims(const Json& j, const std::string& where, bool per_executor, Dims*
   if (j.contains("shared_pool_orders")) d->shared_pool_orders = read_orders(j["shared_pool_orders"], at("shared_pool_orders"));
 }
 
+// A hello's list of group sizes ("tp": [2, 4]): the values above 1, sorted, each once.
+void read_sizes(const Json& t, const std::string& name, int hi, std::vector<int>* out) {
+  if (!t.is_array()) throw Bad{"capabilities." + name + ": expected an array of integers, got " + type_of(t)};
+  for (const Json& x : t) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > hi)
+      throw Bad{"capabilities." + name + ": expected integers in [1, " + std::to_string(hi) + "], got " +
+                x.dump().substr(0, 40)};
+    const int n = x.get<int>();
+    if (n > 1 && std::find(out->begin(), out->end(), n) == out->end()) out->push_back(n);
+  }
+  std::sort(out->begin(), out->end());
+}
+
 }  // namespace
 
 Capabilities every_value() {
@@ -143,30 +156,11 @@ std::string capabilities_from_json(const Json& j, Capabilities* out) {
   Capabilities c = every_value();
   try {
     read_dims(j, "capabilities", /*per_executor=*/false, &c.all);
-    if (j.contains("tp")) {  // a rank group's sizes (1, one rank, is every system's)
-      const Json& t = j["tp"];
-      if (!t.is_array()) throw Bad{"capabilities.tp: expected an array of integers, got " + type_of(t)};
-      for (const Json& x : t) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 64)
-          throw Bad{"capabilities.tp: expected integers in [1, 64], got " + x.dump().substr(0, 40)};
-        const int n = x.get<int>();
-        if (n > 1 && std::find(c.tp.begin(), c.tp.end(), n) == c.tp.end()) c.tp.push_back(n);
-      }
-      std::sort(c.tp.begin(), c.tp.end());
-      c.tp_executor = c.all.executor;
-    }
-    if (j.contains("pp")) {  // a rank group's pipeline stages (1, none, is every system's)
-      const Json& t = j["pp"];
-      if (!t.is_array()) throw Bad{"capabilities.pp: expected an array of integers, got " + type_of(t)};
-      for (const Json& x : t) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 64)
-          throw Bad{"capabilities.pp: expected integers in [1, 64], got " + x.dump().substr(0, 40)};
-        const int n = x.get<int>();
-        if (n > 1 && std::find(c.pp.begin(), c.pp.end(), n) == c.pp.end()) c.pp.push_back(n);
-      }
-      std::sort(c.pp.begin(), c.pp.end());
-      c.tp_executor = c.all.executor;
-    }
+    // a rank group's sizes: tp, pp and vp above 1 (1 is every system's)
+    if (j.contains("tp")) read_sizes(j["tp"], "tp", 64, &c.tp);
+    if (j.contains("pp")) read_sizes(j["pp"], "pp", 64, &c.pp);
+    if (j.contains("vp")) read_sizes(j["vp"], "vp", 16, &c.vp);
+    if (j.contains("tp") || j.contains("pp")) c.tp_executor = c.all.executor;  // a group's executors
     if (j.contains("sp")) {  // a rank group runs its tp cases sequence parallel too
       if (!j["sp"].is_boolean()) throw Bad{"capabilities.sp: expected true or false, got " + type_of(j["sp"])};
       c.sp = j["sp"].get<bool>();

@@ -48,6 +48,8 @@ struct Capabilities {
   // Pipeline stages above 1 the groups run (their hellos' "pp"); a case's tp * pp is the size of
   // one of the groups (`worlds`). Empty: no pp is drawn.
   std::vector<int> pp;
+  // Virtual pipeline stages above 1 the groups run with pp > 1 (their hellos' "vp"). Empty: no vp is drawn.
+  std::vector<int> vp;
   // Whether the group runs tp cases sequence parallel too (its hello's "sp": true). False: no sp is drawn.
   bool sp = false;
   // The sizes of the rank groups started (--ranks N: every divisor of N above 1): a shape's tp * pp

@@ -166,13 +166,16 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
   if (rg.world < 1 || rg.world > 64) throw ProtocolError("observation.ranks.world: " + std::to_string(rg.world) + " is not in [1, 64]");
   rg.tp_sites = g.value("tp_sites", std::vector<std::string>{});
   rg.pp = g.value("pp", 1);
+  rg.vp = g.value("vp", 1);
+  if (rg.vp < 1 || rg.vp > 64) throw ProtocolError("observation.ranks.vp: " + std::to_string(rg.vp) + " is not in [1, 64]");
   rg.sp = g.value("sp", false);
   rg.stages = g.value("stages", std::vector<int>(static_cast<size_t>(rg.world), 0));
   if (rg.stages.size() != static_cast<size_t>(rg.world))
     throw ProtocolError("observation.ranks.stages: " + std::to_string(rg.stages.size()) + " stages for " +
                         std::to_string(rg.world) + " ranks");
   for (const Json& e : g.value("stage_layers", Json::array())) {
-    if (!e.is_array() || e.size() != 2) throw ProtocolError("observation.ranks.stage_layers: expected [first, stop] pairs");
+    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer())
+      throw ProtocolError("observation.ranks.stage_layers: expected [first, stop] pairs");
     rg.stage_layers.push_back({e[0].get<int>(), e[1].get<int>()});
   }
   rg.schedules.resize(static_cast<size_t>(rg.world));
@@ -212,9 +215,11 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
       if (row.contains("schedule")) {  // a pipeline stage's events of this step, as it ran them
         std::vector<training::StageEvent> events;
         for (const Json& e : row["schedule"]) {
-          if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer())
-            throw ProtocolError("steps.ranks.schedule: expected [\"forward\"|\"backward\", microbatch] pairs");
-          events.push_back({e[0].get<std::string>() == "forward", e[1].get<int>()});
+          if (!e.is_array() || e.size() < 2 || e.size() > 3 || !e[0].is_string() || !e[1].is_number_integer() ||
+              (e.size() == 3 && !e[2].is_number_integer()))
+            throw ProtocolError(
+                "steps.ranks.schedule: expected [\"forward\"|\"backward\", microbatch(, model chunk)] events");
+          events.push_back({e[0].get<std::string>() == "forward", e[1].get<int>(), e.size() == 3 ? e[2].get<int>() : 0});
         }
         rg.schedules[static_cast<size_t>(rank)].push_back({step, std::move(events)});
       }
@@ -291,13 +296,14 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
     const std::vector<std::string> tp_sites = group ? h["ranks"].value("tp_sites", std::vector<std::string>{})
                                                     : std::vector<std::string>{};
     // A pipeline group: the rank that ran each top-level layer (the first rank of its stage), whose
-    // `@<r>` masks the fp64 oracles apply to that layer.
+    // `@<r>` masks the fp64 oracles apply to that layer. stage_layers lists virtual stages,
+    // chunk * pp + stage (without virtual stages, stages).
     std::vector<int> layer_rank;
-    if (group && h["ranks"].value("pp", 1) > 1) {
+    if (const int pp = group ? h["ranks"].value("pp", 1) : 1; pp > 1) {
       const std::vector<int> stages = h["ranks"].value("stages", std::vector<int>{});
-      int stage = 0;
+      int virtual_stage = 0;
       for (const Json& e : h["ranks"].value("stage_layers", Json::array())) {
-        const auto it = std::find(stages.begin(), stages.end(), stage++);
+        const auto it = std::find(stages.begin(), stages.end(), virtual_stage++ % pp);
         for (int l = e.at(0).get<int>(); l < e.at(1).get<int>() && l < 4096; ++l) {
           if (static_cast<int>(layer_rank.size()) <= l) layer_rank.resize(static_cast<size_t>(l) + 1, -1);
           layer_rank[static_cast<size_t>(l)] = it == stages.end() ? -1 : static_cast<int>(it - stages.begin());

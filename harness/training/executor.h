@@ -63,16 +63,21 @@ struct RankMask {
   std::string digest;
   uint64_t numel = 0;
 };
-// One forward or backward of a pipeline stage, as the stage ran it (its schedule).
+// One forward or backward of a pipeline stage's model chunk (0 without virtual stages), as the
+// stage ran it (its schedule).
 struct StageEvent {
   bool forward = true;
   int microbatch = 0;
-  bool operator==(const StageEvent& o) const { return forward == o.forward && microbatch == o.microbatch; }
+  int chunk = 0;
+  bool operator==(const StageEvent& o) const {
+    return forward == o.forward && microbatch == o.microbatch && chunk == o.chunk;
+  }
 };
 struct RankGroupRun {
-  int world = 1, tp = 1, pp = 1;
-  std::vector<int> stages;                       // per rank: its pipeline stage (all 0 without pp)
-  std::vector<std::pair<int, int>> stage_layers;  // per stage: [first, stop) of its layers
+  int world = 1, tp = 1, pp = 1, vp = 1;
+  std::vector<int> stages;  // per rank: its pipeline stage (all 0 without pp)
+  // per virtual stage (chunk * pp + stage; without virtual stages, per stage): [first, stop) of its layers
+  std::vector<std::pair<int, int>> stage_layers;
   // per rank, per step (in step order): its events as it ran them; empty without pp
   std::vector<std::vector<std::pair<int, std::vector<StageEvent>>>> schedules;
   std::string backend;                    // "gloo", "nccl"

@@ -143,7 +143,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   check_keys(j, "",
              {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers", "checkpoint_style",
               "policy", "executor", "warmup", "replays", "microbatches", "microbatch_order", "generator",
-              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "pp", "sp", "faults"});
+              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "pp", "vp", "sp", "faults"});
   if (j.contains("schema")) {
     std::string schema = get_string(j["schema"], "schema");
     if (schema != "recap.case/1") fail("schema", "unsupported schema '" + schema + "' (this recap reads recap.case/1)");
@@ -198,6 +198,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   if (j.contains("lr")) s->lr = static_cast<float>(get_number(j["lr"], "lr"));
   if (j.contains("tp")) s->tp = get_int32(j["tp"], "tp");
   if (j.contains("pp")) s->pp = get_int32(j["pp"], "pp");
+  if (j.contains("vp")) s->vp = get_int32(j["vp"], "vp");
   if (j.contains("sp")) s->sp = get_bool(j["sp"], "sp");
   if (j.contains("faults")) {
     const Json& fs = j["faults"];
@@ -319,6 +320,10 @@ std::string validate(const CaseSpec& s) {
   if (s.tp * s.pp > 64)
     return "pp " + std::to_string(s.pp) + " with tp " + std::to_string(s.tp) + ": " + std::to_string(s.tp * s.pp) +
            " ranks, at most 64";
+  if (s.vp < 1 || s.vp > 16) return range_error("vp", 1, 16, s.vp);
+  if (s.vp > 1 && s.pp < 2)
+    return "vp: virtual pipeline stages interleave the chunks of pipeline ranks: needs pp > 1, got pp " +
+           std::to_string(s.pp);
   if (s.sp && s.tp < 2)
     return "sp: sequence parallelism splits the sequence over tensor-parallel ranks: needs tp > 1, got tp " +
            std::to_string(s.tp);
@@ -378,6 +383,7 @@ Json case_to_json(const CaseSpec& s) {
   j["lr"] = float_for_json(s.lr);
   if (s.tp != 1) j["tp"] = s.tp;  // absent at 1: one-rank files and reports are unchanged
   if (s.pp != 1) j["pp"] = s.pp;
+  if (s.vp != 1) j["vp"] = s.vp;
   if (s.sp) j["sp"] = true;  // absent when off, as tp and pp
   if (!s.faults.empty()) j["faults"] = s.faults;  // absent when none: files without faults are unchanged
   if (!s.expected.is_null()) j["expected"] = s.expected;

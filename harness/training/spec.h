@@ -25,6 +25,8 @@
 //                                                rank group, drivers/PROTOCOL.md "Rank groups")
 //     "pp": 1,                                  (pipeline stages: 1 .. 64, default 1; tp * pp ranks,
 //                                                at most 64, run the case)
+//     "vp": 1,                                  (virtual pipeline stages per rank: 1 .. 16, default 1;
+//                                                > 1 needs pp > 1: megatron-core's interleaved 1F1B)
 //     "sp": false,                              (sequence parallelism over the tp ranks: needs tp > 1;
 //                                                default false)
 //     "faults": ["rng-offset-baked"],          (fault points, docs/faults.md; absent: none)
@@ -130,6 +132,10 @@ struct CaseSpec {
   // Pipeline-parallel stages (issue 22): 1 is none; P > 1 splits the layers into P contiguous
   // stages on a rank group of tp * P ranks, which recap's runtime does not model either.
   int pp = 1;
+  // Virtual pipeline stages per pipeline rank (issue 22, megatron-core's
+  // virtual_pipeline_model_parallel_size): 1 is none; V > 1 splits the layers into P * V model
+  // chunks, rank s holding chunks s, s + P, .., run in the interleaved 1F1B schedule. Needs pp > 1.
+  int vp = 1;
   // Sequence parallelism (issue 22, megatron-core's sequence_parallel): between tensor-parallel
   // regions each of the tp ranks holds tokens / tp rows. Needs tp > 1.
   bool sp = false;

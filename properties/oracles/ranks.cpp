@@ -103,14 +103,20 @@ size_t stage_first(const RankGroupRun& g, size_t rank) {
 }
 bool one_rank_per_stage(const RankGroupRun& g) { return stage_count(g) > 1 && stage_count(g) == static_cast<int>(g.masks.size()); }
 
-// The dropout probability of draw site `layer` ("attention0.core": layer 0's).
-double site_p(const training::CaseSpec& spec, const std::string& layer) {
-  std::string head = layer.substr(0, layer.find('.'));
+// The top-level layer of draw site `site` ("attention0.core": 0), -1 when it names none.
+int layer_of_site(const std::string& site) {
+  const std::string head = site.substr(0, site.find('.'));
   size_t i = head.size();
   while (i > 0 && std::isdigit(static_cast<unsigned char>(head[i - 1]))) --i;
-  if (i == head.size()) return 0.0;
-  const size_t l = std::stoul(head.substr(i));
-  return l < spec.model.layers.size() ? spec.model.layers[l].dropout : 0.0;
+  if (i == head.size() || head.size() - i > 6) return -1;
+  return std::stoi(head.substr(i));
+}
+
+// The dropout probability of draw site `layer` ("attention0.core": layer 0's).
+double site_p(const training::CaseSpec& spec, const std::string& layer) {
+  const int l = layer_of_site(layer);
+  return l >= 0 && static_cast<size_t>(l) < spec.model.layers.size() ? spec.model.layers[static_cast<size_t>(l)].dropout
+                                                                      : 0.0;
 }
 
 // log10 of the chance that two independent masks of numel elements, each element kept with
@@ -133,14 +139,22 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Why a pipeline group's run cannot equal a one-rank run's draws: a stage after the first draws
-// (megatron's _set_random_seed seeds stage s with seed + 100 * s; one rank draws from seed).
+// (megatron's _set_random_seed seeds stage s with seed + 100 * s; one rank draws from seed), or
+// the first stage draws in a later model chunk (its chunks draw its one generator in the
+// interleaved order; one rank draws layer after layer).
 std::string later_stage_draws(const RankGroupRun& g) {
+  const std::pair<int, int> first = g.stage_layers.empty() ? std::pair<int, int>{0, 1 << 30} : g.stage_layers[0];
   for (size_t rank = 0; rank < g.masks.size(); ++rank)
-    if (stage_of(g, rank) > 0)
-      for (const RankMask& m : g.masks[rank])
-        if (m.pass == runtime::Phase::Forward)
-          return "stage " + std::to_string(stage_of(g, rank)) + " draws (" + m.layer +
-                 "): a stage is seeded seed + 100 * stage (megatron's _set_random_seed), the one-rank run draws others";
+    for (const RankMask& m : g.masks[rank]) {
+      if (m.pass != runtime::Phase::Forward) continue;
+      if (stage_of(g, rank) > 0)
+        return "stage " + std::to_string(stage_of(g, rank)) + " draws (" + m.layer +
+               "): a stage is seeded seed + 100 * stage (megatron's _set_random_seed), the one-rank run draws others";
+      const int l = layer_of_site(m.layer);
+      if (l < first.first || l >= first.second)
+        return "stage 0 draws in a later model chunk (" + m.layer +
+               "): its chunks draw one generator in the interleaved order, the one-rank run layer after layer";
+    }
   return "";
 }
 
@@ -150,18 +164,47 @@ std::string later_stage_draws(const RankGroupRun& g) {
 std::vector<training::StageEvent> one_f_one_b(int pp, int stage, int microbatches) {
   const int warm = std::min(pp - stage - 1, microbatches);
   std::vector<training::StageEvent> out;
-  for (int m = 0; m < warm; ++m) out.push_back({true, m});
+  for (int m = 0; m < warm; ++m) out.push_back({true, m, 0});
   for (int i = 0; i < microbatches - warm; ++i) {
-    out.push_back({true, warm + i});
-    out.push_back({false, i});
+    out.push_back({true, warm + i, 0});
+    out.push_back({false, i, 0});
   }
-  for (int m = microbatches - warm; m < microbatches; ++m) out.push_back({false, m});
+  for (int m = microbatches - warm; m < microbatches; ++m) out.push_back({false, m, 0});
   return out;
 }
 
-std::string event_name(const std::vector<training::StageEvent>& v, size_t i) {
+// megatron-core's interleaved 1F1B order of one rank of vp model chunks
+// (forward_backward_pipelining_with_interleaving, microbatch_group_size_per_vp_stage pp, its
+// default): get_schedule_table lists (microbatch, chunk) in groups of pp microbatches, chunk by
+// chunk (the last group takes what is left); get_pp_rank_microbatches gives
+// (pp - stage - 1) * 2 + (vp - 1) * pp warmup forwards (at most all); then one forward and one
+// backward alternately, then the remaining backwards; backward k is the table's k-th microbatch
+// on chunk vp - 1 - its chunk.
+std::vector<training::StageEvent> interleaved(int pp, int stage, int microbatches, int vp) {
+  std::vector<training::StageEvent> fwd, bwd, out;
+  for (int lo = 0; lo < microbatches; lo += pp) {
+    const int hi = lo + pp >= microbatches ? microbatches : lo + pp;
+    for (int c = 0; c < vp; ++c)
+      for (int m = lo; m < hi; ++m) {
+        fwd.push_back({true, m, c});
+        bwd.push_back({false, m, vp - 1 - c});
+      }
+  }
+  const size_t total = fwd.size();
+  const size_t warm = std::min(total, static_cast<size_t>((pp - stage - 1) * 2 + (vp - 1) * pp));
+  out.assign(fwd.begin(), fwd.begin() + static_cast<std::ptrdiff_t>(warm));
+  for (size_t k = 0; k + warm < total; ++k) {
+    out.push_back(fwd[warm + k]);
+    out.push_back(bwd[k]);
+  }
+  out.insert(out.end(), bwd.begin() + static_cast<std::ptrdiff_t>(total - warm), bwd.end());
+  return out;
+}
+
+std::string event_name(const std::vector<training::StageEvent>& v, size_t i, int vp) {
   if (i >= v.size()) return "nothing";
-  return std::string(v[i].forward ? "forward" : "backward") + " of microbatch " + std::to_string(v[i].microbatch);
+  return std::string(v[i].forward ? "forward" : "backward") + " of microbatch " + std::to_string(v[i].microbatch) +
+         (vp > 1 ? " on chunk " + std::to_string(v[i].chunk) : "");
 }
 
 }  // namespace
@@ -411,18 +454,23 @@ CheckResult pp_schedule_1f1b_check(const RunResult& r) {
   const char* p = "pp_schedule_1f1b";
   if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
   const RankGroupRun& g = *r.ranks;
-  // judged from what the stages observed: P is the stages that reported, M the microbatches a
-  // stage ran, never the case's fields
+  // judged from what the stages observed: P is the stages that reported, M the microbatches and
+  // V the model chunks a rank ran, never the case's fields
   const int pp = stage_count(g);
   if (pp < 2) return skipped(p, "no pipeline stages: nothing scheduled across ranks");
   size_t schedules = 0, events = 0;
+  int chunks = 1;
   for (size_t rank = 0; rank < g.schedules.size(); ++rank)
     for (const auto& [step, got] : g.schedules[rank]) {
       if (got.empty()) continue;
-      std::set<int> mbs;
-      for (const auto& e : got) mbs.insert(e.microbatch);
-      const int stage = stage_of(g, rank);
-      const auto want = one_f_one_b(pp, stage, static_cast<int>(mbs.size()));
+      std::set<int> mbs, vps;
+      for (const auto& e : got) {
+        mbs.insert(e.microbatch);
+        vps.insert(e.chunk);
+      }
+      const int stage = stage_of(g, rank), vp = static_cast<int>(vps.size()), m = static_cast<int>(mbs.size());
+      chunks = std::max(chunks, vp);
+      const auto want = vp > 1 ? interleaved(pp, stage, m, vp) : one_f_one_b(pp, stage, m);
       ++schedules;
       events += got.size();
       if (got != want) {
@@ -430,11 +478,17 @@ CheckResult pp_schedule_1f1b_check(const RunResult& r) {
         while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
         return bad(p, Disposition::Incorrect,
                    "step " + std::to_string(step) + " rank " + std::to_string(rank) + " (stage " + std::to_string(stage) +
-                       " of " + std::to_string(pp) + ", " + std::to_string(mbs.size()) + " microbatches): event " +
-                       std::to_string(i) + " was the " + event_name(got, i) + ", 1F1B runs the " + event_name(want, i));
+                       " of " + std::to_string(pp) + ", " + std::to_string(m) + " microbatches" +
+                       (vp > 1 ? ", " + std::to_string(vp) + " model chunks" : "") + "): event " + std::to_string(i) +
+                       " was the " + event_name(got, i, vp) + ", " + (vp > 1 ? "interleaved 1F1B" : "1F1B") + " runs the " +
+                       event_name(want, i, vp));
       }
     }
   if (schedules == 0) return skipped(p, "no stage reported its schedule");
+  if (chunks > 1)
+    return passed(p, std::to_string(schedules) + " stage schedules (" + std::to_string(events) +
+                         " events) are interleaved 1F1B over " + std::to_string(pp) + " stages of " + std::to_string(chunks) +
+                         " model chunks");
   return passed(p, std::to_string(schedules) + " stage schedules (" + std::to_string(events) + " events) are 1F1B over " +
                        std::to_string(pp) + " stages");
 }

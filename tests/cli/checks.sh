@@ -1015,6 +1015,35 @@ sut_torch_tp_pp_faults)
     rank_fault_caught "${f%%:*}" "${rest%%:*}" "$all" "$(eval echo \$${rest#*:})"
   done
   ;;
+sut_torch_vp_faults)
+  # Virtual pipeline stages (issue 22) on the CPU (gloo): pp 2 with vp 2 on a group of two ranks,
+  # each holding two model chunks (rank 0 layers 0 and 2, rank 1 layers 1 and 3) run in megatron-core's
+  # interleaved 1F1B order. Clean: pp2-vp2-grads (dropout in virtual stage 0 only) is bitwise the
+  # one-rank run's; pp2-vp2-masks (every chunk draws) has stages drawing their own streams, its
+  # gradient check skipped with the reason, and the fp64 oracles, applying each layer's masks from the
+  # rank that ran it, pass. Each planted fault makes its oracle incorrect where the clean run passed it:
+  # vp-chunk-layers-contiguous (each rank's chunks contiguous layers, not megatron-core's offset),
+  # pp-schedule-gpipe (every chunk of a microbatch in turn), pp-stage-seed-shared, pp-send-stale.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  grads="$src/tests/cli/data/pp2-vp2-grads.json"; masks="$src/tests/cli/data/pp2-vp2-masks.json"
+  "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  expect clean.txt "grads_match_one_rank  passed: 234 tensors (30240 elements) of 2 pipeline stages bitwise equal to the one-rank run's" "clean grads: bitwise"
+  expect clean.txt "pp_schedule_1f1b      passed: 6 stage schedules (96 events) are interleaved 1F1B over 2 stages of 2 model chunks" "clean: interleaved"
+  expect clean.txt "pp_stage_masks_differ passed: 24 draws at equal positions differ across 2 stages" "clean masks: own streams"
+  expect clean.txt "grads_match_one_rank  skipped: stage 0 draws in a later model chunk (mlp2.dropout)" "clean masks: grads skipped with the reason"
+  grep -Ec "^  reference +passed" clean.txt | grep -q 2 || fail "clean: the fp64 reference did not pass on both files"
+  validate_report clean.json
+  all="rank_recompute_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,reference,training"
+  for f in vp-chunk-layers-contiguous:grads_match_one_rank,reference:grads pp-schedule-gpipe:pp_schedule_1f1b:grads \
+           pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:training:masks; do
+    rest=${f#*:}
+    rank_fault_caught "${f%%:*}" "${rest%%:*}" "$all" "$(eval echo \$${rest#*:})"
+  done
+  expect pp-schedule-gpipe.txt "event 1 was the forward of microbatch 0 on chunk 1, interleaved 1F1B runs the forward of microbatch 1 on chunk 0" "gpipe: where"
+  ;;
 sut_torch_ranks_shrink_world)
   # --ranks 4 starts groups of 2 and 4 ranks (every divisor above 1) beside the one-rank worker, so
   # that a failure shrinks to the smallest group that still fails. tp-seed-shared needs only a

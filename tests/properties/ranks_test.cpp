@@ -713,5 +713,88 @@ TEST(Ranks, PpShrinksFirstTowardOneRank) {
   EXPECT_EQ(checked, 5);
 }
 
+// Virtual stages: rank s runs chunks c (virtual stage c * 2 + s) in megatron-core's interleaved
+// 1F1B order, events [kind, microbatch, chunk]; P 2, V 2, M 2: rank 0 warms up all four forwards,
+// rank 1 two (get_pp_rank_microbatches: (P - s - 1) * 2 + (V - 1) * P).
+TEST(Ranks, VirtualStagesRunTheInterleavedOrder) {  // planted: pp-schedule-gpipe with vp
+  PpObservation o;
+  o.schedule[0] = Json::array({{"forward", 0, 0}, {"forward", 1, 0}, {"forward", 0, 1}, {"forward", 1, 1},
+                               {"backward", 0, 1}, {"backward", 1, 1}, {"backward", 0, 0}, {"backward", 1, 0}});
+  o.schedule[1] = Json::array({{"forward", 0, 0}, {"forward", 1, 0}, {"forward", 0, 1}, {"backward", 0, 1},
+                               {"forward", 1, 1}, {"backward", 1, 1}, {"backward", 0, 0}, {"backward", 1, 0}});
+  const training::RunResult r = o.result();
+  ASSERT_TRUE(r.ranks.has_value());
+  EXPECT_EQ(r.ranks->schedules[1][0].second.at(3), (training::StageEvent{false, 0, 1}));
+  CheckResult c = pp_schedule_1f1b_check(r);
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_EQ(c.evidence, "2 stage schedules (16 events) are interleaved 1F1B over 2 stages of 2 model chunks");
+  // GPipe over chunks: microbatch 0's chunks before microbatch 1's
+  o.schedule[0] = Json::array({{"forward", 0, 0}, {"forward", 0, 1}, {"forward", 1, 0}, {"forward", 1, 1},
+                               {"backward", 0, 1}, {"backward", 0, 0}, {"backward", 1, 1}, {"backward", 1, 0}});
+  c = pp_schedule_1f1b_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_EQ(c.reason, "step 0 rank 0 (stage 0 of 2, 2 microbatches, 2 model chunks): event 1 was the forward of "
+                      "microbatch 0 on chunk 1, interleaved 1F1B runs the forward of microbatch 1 on chunk 0");
+  o.schedule[0] = Json::array({{"forward", 0, 0, 0}});
+  EXPECT_THROW(o.result(), sut::ProtocolError);  // an event of four fields
+}
+
+// The first stage's later chunks draw its one generator in the interleaved order: the one-rank run
+// draws others, so the gradients are not compared (and say why).
+TEST(Ranks, DrawsInALaterChunkVoidTheOneRankComparison) {
+  PpObservation o;
+  o.stage1_draws = false;
+  sut::Message m = o.message();
+  m.header["ranks"]["vp"] = 2;
+  m.header["ranks"]["stage_layers"] = {{0, 1}, {1, 2}, {2, 3}, {3, 4}};  // dropout0 is virtual stage 0's
+  EXPECT_EQ(sut::run_result_of(m, pp_case()).ranks->vp, 2);
+  CheckResult c = grads_match_one_rank_check(sut::run_result_of(m, pp_case()), properties::Run{});
+  EXPECT_EQ(c.reason, "the one-rank twin gave no result");  // not voided by a draw: it needs the twin
+  m.header["ranks"]["stage_layers"] = {{1, 2}, {2, 3}, {0, 1}, {3, 4}};  // dropout0 is in rank 0's second chunk
+  properties::Run twin;
+  c = grads_match_one_rank_check(sut::run_result_of(m, pp_case()), twin);
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason, "stage 0 draws in a later model chunk (dropout0): its chunks draw one generator in the "
+                      "interleaved order, the one-rank run layer after layer");
+}
+
+// A group listing vp draws it for pp cases only, fitted to the interleaved schedule (layers a
+// multiple of pp * vp, microbatches of pp), and a vp case shrinks first to the same case without it.
+TEST(Ranks, GeneratorsDrawVirtualStagesFromAGroupThatRunsThem) {
+  GenConfig group;
+  group.caps.pp = {2};
+  group.caps.vp = {2, 3};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  int vp2 = 0, vp3 = 0, shrunk = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto s = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 5), rc::kNominalSize);
+    const CaseSpec b = s.value();
+    if (b.vp == 1) continue;
+    ASSERT_EQ(b.pp, 2);
+    vp2 += b.vp == 2;
+    vp3 += b.vp == 3;
+    EXPECT_EQ(b.layers.size() % static_cast<size_t>(b.pp * b.vp), 0u);
+    EXPECT_EQ(b.microbatches % b.pp, 0);
+    EXPECT_EQ(training::validate(b), "");
+    // the shape shrinks first (toward one rank); the vp draw's first shrink is vp 1 of pp 2
+    bool none = false;
+    for (auto seq = s.shrinks(); auto c = seq.next();)
+      if (c->value().pp == 2 && c->value().vp == 1) {
+        none = true;
+        break;
+      }
+    shrunk += none;
+  }
+  EXPECT_GT(vp2, 20);
+  EXPECT_GT(vp3, 20);
+  EXPECT_EQ(shrunk, vp2 + vp3);
+  GenConfig without = group;
+  without.caps.vp.clear();
+  const auto plain = gen_case(without);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(plain(rc::Random(static_cast<uint64_t>(i) * 31 + 1), rc::kNominalSize).value().vp, 1);
+}
+
 }  // namespace
 }  // namespace recap::properties

@@ -208,5 +208,26 @@ TEST(Spec, SequenceParallel) {
   EXPECT_EQ(unmodelled(b), "tp 2 pp 2: recap's runtime runs one rank (a rank group runs it: --sut torch --ranks 4)");
 }
 
+TEST(Spec, VirtualPipelineStages) {
+  CaseSpec a = acceptance_spec(ExecutorKind::Eager);
+  EXPECT_EQ(a.vp, 1);
+  EXPECT_FALSE(case_to_json(a).contains("vp"));  // absent at 1: files without it are unchanged
+  a.pp = 2;
+  a.vp = 3;
+  Json j = case_to_json(a);
+  EXPECT_EQ(j["vp"], 3);
+  CaseSpec b;
+  ASSERT_EQ(case_from_json(j, &b), "");
+  EXPECT_EQ(b.pp, 2);
+  EXPECT_EQ(b.vp, 3);
+  const std::string layers = R"("layers": [{"kind": "linear"}])";
+  EXPECT_EQ(error_of("{" + layers + R"(, "vp": 2})"),
+            "vp: virtual pipeline stages interleave the chunks of pipeline ranks: needs pp > 1, got pp 1");
+  EXPECT_EQ(error_of("{" + layers + R"(, "vp": 1})"), "");
+  EXPECT_EQ(error_of("{" + layers + R"(, "vp": 17, "pp": 2})"), "vp must be in [1, 16], got 17");
+  EXPECT_EQ(error_of("{" + layers + R"(, "vp": 0, "pp": 2})"), "vp must be in [1, 16], got 0");
+  EXPECT_NE(unmodelled(b), "");  // a rank group runs it
+}
+
 }  // namespace
 }  // namespace recap::training

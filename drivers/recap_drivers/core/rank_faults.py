@@ -20,8 +20,14 @@ module constant where a fault could act. A bad value is refused at start-up (exi
                        activation (of its step, or the last of the step before): the next stage
                        computes on stale input (grads_match_one_rank; recap's fp64 `training`, whose
                        step 1 microbatch 0 received step 0's last activation).
-  pp-schedule-gpipe    every stage runs all forwards, then all backwards (GPipe), not 1F1B: the
-                       gradients are right, the order is not (ranks_check.pp_schedule_1f1b).
+  pp-schedule-gpipe    every stage runs all forwards, then all backwards (GPipe), not 1F1B (with virtual
+                       stages, every chunk of a microbatch in turn): the gradients are right, the order
+                       is not (ranks_check.pp_schedule_1f1b).
+  vp-chunk-layers-contiguous
+                       with virtual stages, rank s's chunk c holds the layers of virtual stage s * vp + c
+                       (each rank's layers contiguous) instead of megatron-core's c * pp + s
+                       (get_transformer_layer_offset): the pipeline applies the layers out of order
+                       (ranks_check.grads_match_one_rank; recap's fp64 `reference`).
   sp-block-no-fork     with sequence parallelism, the layers run outside the tracker's fork (megatron-core
                        0.9.0's TransformerBlock: `with rng_context and fp8_context:` entered the second
                        context alone): every rank's rows and heads draw the shared generator's masks,
@@ -40,7 +46,8 @@ import os
 from typing import Tuple
 
 KINDS = ("tp-seed-shared", "tp-recompute-stale", "dp-seed-per-rank", "tp-grad-not-reduced", "pp-stage-seed-shared",
-         "pp-send-stale", "pp-schedule-gpipe", "sp-block-no-fork", "sp-grad-not-reduced", "kill-rank")
+         "pp-send-stale", "pp-schedule-gpipe", "vp-chunk-layers-contiguous",
+         "sp-block-no-fork", "sp-grad-not-reduced", "kill-rank")
 ENV = "RECAP_RANK_FAULT"
 
 

@@ -312,7 +312,8 @@ def _no_nan(losses: List[Any]) -> List[Any]:
 def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, Frame]],
              shapes: List[Tuple[int, ...]]) -> Tuple[Dict[str, Any], List[Frame]]:
     """A pipeline group's observation (PROTOCOL.md, "Rank groups"): rank r ran stage r // tp's
-    layers (tp 1: stage r's). `ranks` adds pp, stages (every rank's stage) and stage_layers; the
+    layers (tp 1: stage r's), of each of its vp model chunks. `ranks` adds pp, vp, stages (every
+    rank's stage) and stage_layers (every virtual stage's, chunk * pp + stage, as its ranks built it); the
     step's masks are every stage's in stage order (each layer's from the stage's first rank) and
     its losses the last stage's; every rank row has its own masks, losses (null where the stage
     computes none) and schedule (its forward and backward events in the order they ran); each
@@ -321,16 +322,20 @@ def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, 
     world = len(hs)
     pps = [h.get("rank_pp") or {} for h in hs]
     r0 = pps[0]
-    tp = int(r0.get("tp", 1))
-    stage_layers = r0.get("stage_layers", [])
+    tp, pp, vp = int(r0.get("tp", 1)), int(r0.get("pp", world)), int(r0.get("vp", 1))
     stages = [int(p.get("stage", r)) for r, p in enumerate(pps)]
+    stage_layers: List[Any] = [None] * (pp * vp)
+    for p, stage in zip(pps, stages):
+        for chunk, span in enumerate(p.get("chunk_layers", [])):
+            if 0 <= chunk * pp + stage < pp * vp:
+                stage_layers[chunk * pp + stage] = span
     owners: Dict[int, List[int]] = {}  # per parameter: its stage's ranks, in tensor-parallel rank order
     for r, p in enumerate(pps):
         for i in p.get("params", []):
             owners.setdefault(int(i), []).append(r)
     shards = hs[0].get("rank_shards") or [{"param": i, "dim": None, "ranges": []} for i in range(len(shapes))]
     by_param = {e["param"]: e for e in shards}
-    base["ranks"].update({"tp": tp, "pp": int(r0.get("pp", world)), "stages": stages, "stage_layers": stage_layers,
+    base["ranks"].update({"tp": tp, "pp": pp, "vp": vp, "stages": stages, "stage_layers": stage_layers,
                           "shards": shards})
     _statuses(base, hs)
     last = max(range(world), key=lambda r: stages[r])

@@ -23,8 +23,9 @@ that observed nothing is skipped with the reason. No torch here.
                          (pp-send-stale); skipped when a stage after the first draws (its seed is
                          seed + 100 * stage, the one-rank run's is not).
   pp_schedule_1f1b       every stage's forward and backward events, as it ran them, are megatron-core's
-                         non-interleaved 1F1B order for the stages and microbatches observed
-                         (pp-schedule-gpipe)
+                         1F1B order for the stages, microbatches and model chunks observed: the
+                         non-interleaved one, or the interleaved one where a rank ran several chunks
+                         (core/schedules.py; pp-schedule-gpipe)
   pp_stage_masks_differ  stages draw from their own streams: the j-th draw of a microbatch on two
                          stages, of equal size and probability, differ beyond chance (pp-stage-seed-shared)
 
@@ -37,7 +38,9 @@ from __future__ import annotations
 
 import math
 from array import array
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from .schedules import Event, stage_order
 
 # models/check.h kTolF32 (and kTolBf16Stack for bf16): relative L2 bounds from the arithmetic
 TOL_F32 = 1e-5
@@ -109,16 +112,39 @@ def recompute_equal(h: Dict[str, Any]) -> Dict[str, Any]:
     return verdict(name, "passed", f"{compared} recompute draws on {len(ranks)} ranks equal their forward draws", **ev)
 
 
-def _site_p(case: Dict[str, Any], layer: str) -> float:
-    """The dropout probability of the draw site `layer` ("attention0.core": layer 0's)."""
-    head = layer.split(".")[0]
+def _layer_of(site: str) -> int:
+    """The top-level layer of the draw site `site` ("attention0.core": 0), -1 when it names none."""
+    head = site.split(".")[0]
     i = len(head)
     while i > 0 and head[i - 1].isdigit():
         i -= 1
+    return int(head[i:]) if i < len(head) else -1
+
+
+def _site_p(case: Dict[str, Any], layer: str) -> float:
+    """The dropout probability of the draw site `layer` ("attention0.core": layer 0's)."""
     try:
-        return float(case["layers"][int(head[i:])].get("dropout", 0.0))
-    except (ValueError, IndexError, KeyError):
+        return float(case["layers"][_layer_of(layer)].get("dropout", 0.0)) if _layer_of(layer) >= 0 else 0.0
+    except (IndexError, KeyError):
         return 0.0
+
+
+def _later_draw(h: Dict[str, Any], ranks: List[Dict[str, List[Dict[str, Any]]]], sites: List[str]) -> str:
+    """Why a pipeline group cannot draw what one rank draws, "" when it can: a stage after the first
+    draws (megatron's _set_random_seed seeds stage s with seed + 100 * s), or the first stage draws
+    in a later model chunk (its chunks share its generator in the interleaved order, one rank draws
+    layer after layer)."""
+    stages = _stages(h)
+    first = (h.get("ranks", {}).get("stage_layers") or [[0, 1 << 30]])[0] or [0, 1 << 30]
+    for r, t in enumerate(_forward_table(ranks, False, sites)):
+        for k in sorted(t):
+            if stages[r] > 0:
+                return (f"stage {stages[r]} draws ({k[1]}): a stage is seeded seed + 100 * stage (megatron's "
+                        "_set_random_seed), the one-rank run draws others")
+            if not first[0] <= _layer_of(k[1]) < first[1]:
+                return (f"stage 0 draws in a later model chunk ({k[1]}): its chunks draw one generator in the "
+                        "interleaved order, the one-rank run layer after layer")
+    return ""
 
 
 def _log10_chance(p: float, numel: int) -> float:
@@ -261,11 +287,9 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
         tol = 0.0
         ev["tolerance"] = tol
     if pipeline:
-        later = [(stages[r], k) for r, t in enumerate(_forward_table(ranks, False, sites)) if stages[r] > 0 for k in t]
-        if later:
-            st, k = min(later)
-            return verdict(name, "skipped", f"stage {st} draws ({k[1]}): a stage is seeded seed + 100 * stage "
-                                            "(megatron's _set_random_seed), the one-rank run draws others", **ev)
+        why = _later_draw(h, ranks, sites)
+        if why:
+            return verdict(name, "skipped", why, **ev)
     first: Dict[MaskKey, Dict[str, Any]] = {}
     for r, t in enumerate(_forward_table(ranks, False, sites)):
         if stages[r] == 0 and not first:
@@ -337,47 +361,51 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
                                    f"run (worst {worst[0]:.2g}: '{worst[1]}')", **ev)
 
 
-def one_f_one_b(pp: int, stage: int, microbatches: int) -> List[Tuple[str, int]]:
-    """megatron-core's non-interleaved 1F1B order of one stage (schedules.py
-    forward_backward_pipelining_without_interleaving): min(pp - stage - 1, M) warmup forwards,
-    then one forward and one backward alternately, then the remaining backwards."""
-    warm = min(pp - stage - 1, microbatches)
-    out = [("forward", m) for m in range(warm)]
-    for i in range(microbatches - warm):
-        out += [("forward", warm + i), ("backward", i)]
-    out += [("backward", m) for m in range(microbatches - warm, microbatches)]
-    return out
-
-
 def pp_schedule_1f1b(h: Dict[str, Any]) -> Dict[str, Any]:
     """Judged from what the stages observed: the stages that reported events (their count is P),
-    each stage's microbatches (those it ran), never the case's fields."""
+    each rank's microbatches and model chunks (those it ran), never the case's fields."""
     name = "pp_schedule_1f1b"
     stages = _stages(h)
     pp = _pp(h)
     ev: Dict[str, Any] = {"stages": pp, "schedules": 0, "events": 0}
     if pp < 2:
         return verdict(name, "skipped", "no pipeline stages: nothing scheduled across ranks", **ev)
+    vps: Set[int] = set()
     for s in h.get("steps", []):
         for row in s.get("ranks", []):
-            got = [(str(e[0]), int(e[1])) for e in row.get("schedule", [])]
+            got: List[Event] = [(str(e[0]), int(e[1]), int(e[2]) if len(e) > 2 else 0) for e in row.get("schedule", [])]
             if not got:
                 continue
             r = int(row["rank"])
-            mbs = len({m for _, m in got})
-            want = one_f_one_b(pp, stages[r], mbs)
+            mbs = len({m for _, m, _ in got})
+            vp = len({k for _, _, k in got})
+            vps.add(vp)
+            want = stage_order(pp, stages[r], mbs, vp)
             ev["schedules"] += 1
             ev["events"] += len(got)
             if got != want:
                 i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                at = f"{got[i][0]} of microbatch {got[i][1]}" if i < len(got) else "nothing"
-                exp = f"{want[i][0]} of microbatch {want[i][1]}" if i < len(want) else "nothing"
-                return verdict(name, "failed", f"step {s['step']} rank {r} (stage {stages[r]} of {pp}, {mbs} microbatches): "
-                                               f"event {i} was the {at}, 1F1B runs the {exp}", **ev)
+                at = _event_name(got, i, vp)
+                exp = _event_name(want, i, vp)
+                chunks = f", {vp} model chunks" if vp > 1 else ""
+                order = "interleaved 1F1B" if vp > 1 else "1F1B"
+                return verdict(name, "failed", f"step {s['step']} rank {r} (stage {stages[r]} of {pp}, {mbs} microbatches"
+                                               f"{chunks}): event {i} was the {at}, {order} runs the {exp}", **ev)
     if ev["schedules"] == 0:
         return verdict(name, "skipped", "no stage reported its schedule", **ev)
+    ev["model_chunks"] = max(vps)
+    if max(vps) > 1:
+        return verdict(name, "passed", f"{ev['schedules']} stage schedules ({ev['events']} events) are interleaved 1F1B "
+                                       f"over {pp} stages of {max(vps)} model chunks", **ev)
     return verdict(name, "passed", f"{ev['schedules']} stage schedules ({ev['events']} events) are 1F1B over {pp} stages",
                    **ev)
+
+
+def _event_name(events: List[Event], i: int, vp: int) -> str:
+    if i >= len(events):
+        return "nothing"
+    kind, m, k = events[i]
+    return f"{kind} of microbatch {m}" + (f" on chunk {k}" if vp > 1 else "")
 
 
 def pp_stage_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:

@@ -1,6 +1,7 @@
 """Pipeline parallelism for the torch driver's rank groups (PROTOCOL.md, "Rank groups"): recap's
-stack split into P contiguous stages, one rank each, run with megatron-core's non-interleaved 1F1B
-schedule, written here with torch alone so that the torch driver runs it on the CPU (gloo).
+stack split into P contiguous stages, one rank each (or into P * V model chunks, V on each rank),
+run with megatron-core's non-interleaved 1F1B schedule (or its interleaved one; core/schedules.py
+holds both orders), written here with torch alone so that the torch driver runs it on the CPU (gloo).
 
 Stages. megatron-core gives every pipeline rank num_layers // pp layers, rank s the layers
 s*k .. (s+1)*k - 1 (transformer_block.py get_num_layers_to_build and its offset; it asserts
@@ -18,6 +19,19 @@ so no order of the two stages' calls can deadlock. The loss (recap's mse) is the
 stage's backward is torch.autograd.backward(output, received gradient). Each rank records the
 forward and backward events of every step as it runs them (`schedule`), for the oracle that
 judges the order from what ran (ranks_check.pp_schedule_1f1b), not from what was asked.
+
+Virtual stages (vp V > 1, megatron-core's virtual_pipeline_model_parallel_size): the layers split
+into P * V model chunks of num_layers / (P * V) layers; virtual stage v = c * P + s is chunk c of
+rank s (transformer_layer.py get_transformer_layer_offset: vp_stage * (num_layers / V) +
+pp_rank * (num_layers / P / V)). Activations go from virtual stage v to v + 1: the last rank's
+chunk c sends to the first rank's chunk c + 1. The order is
+forward_backward_pipelining_with_interleaving's with microbatch_group_size_per_vp_stage P
+(ModelParallelConfig's default; core/schedules.interleaved). The schedule requires M % P == 0
+(a final group smaller than P is refused) and layers % (P * V) == 0: a case that breaks either
+is skipped naming it. A pair of ranks then carries activations one way and gradients the other
+(P = 2, or the wrap from the last rank to the first): each direction has its own tag, so gloo
+matches every receive with its send whatever the two ranks' orders (NCCL ignores tags; recap
+runs vp on gloo only, see TorchRankSUT.why_skipped).
 
 Seeds. megatron/training/initialize.py _set_random_seed seeds each pipeline stage with
 seed + 100 * pp_rank before model_parallel_cuda_manual_seed: the default generator here is seeded
@@ -49,49 +63,35 @@ import torch.distributed as dist
 from ... import case as case_mod
 from ...core import layers as L
 from ...core import rank_faults, worker_faults
+from ...core.schedules import Event, gpipe, stage_order
 from .runner import TorchRunner
 
 # megatron/training/initialize.py _set_random_seed: seed = seed_ + (100 * pipeline rank)
 PP_SEED_STRIDE = 100
 
-Event = Tuple[str, int]  # ("forward" | "backward", microbatch)
+TAG = {"forward": 0, "backward": 1}  # p2p tags: activations and their gradients apart
 
 
-def stage_layers(n_layers: int, pp: int) -> List[Tuple[int, int]]:
-    """[first, stop) of every stage's layers: megatron-core's even split."""
-    k = n_layers // pp
-    return [(s * k, (s + 1) * k) for s in range(pp)]
+def stage_layers(n_layers: int, pp: int, vp: int = 1) -> List[Tuple[int, int]]:
+    """[first, stop) of every virtual stage's layers (v = chunk * pp + stage; vp 1: every stage's):
+    megatron-core's even split."""
+    k = n_layers // (pp * vp)
+    return [(v * k, (v + 1) * k) for v in range(pp * vp)]
 
 
 def pp_problem(c: case_mod.Case, pp: int) -> str:
-    """"" when the case's layers split into pp stages, else one line naming why."""
-    n = len(c.layers)
-    if n % pp:
+    """"" when the case's layers split into pp stages (of c.vp chunks each), else one line naming why."""
+    n, vp = len(c.layers), c.vp
+    if vp == 1 and n % pp:
         return (f"pp {pp}: {n} layers are not a multiple of {pp} (megatron-core gives every pipeline stage "
                 f"num_layers // pp layers and asserts num_layers % pp == 0)")
+    if vp > 1 and n % (pp * vp):
+        return (f"pp {pp} vp {vp}: {n} layers are not a multiple of {pp * vp} (megatron-core gives every model "
+                f"chunk num_layers // pp // vp layers)")
+    if vp > 1 and c.microbatches % pp:
+        return (f"pp {pp} vp {vp}: {c.microbatches} microbatches are not a multiple of {pp} (megatron-core's "
+                f"interleaved schedule refuses a final microbatch group smaller than pp)")
     return ""
-
-
-def one_f_one_b(pp: int, stage: int, microbatches: int) -> List[Event]:
-    """megatron-core's non-interleaved 1F1B order of one stage: warmup forwards, steady 1F1B, cooldown."""
-    warm = min(pp - stage - 1, microbatches)
-    out: List[Event] = [("forward", m) for m in range(warm)]
-    f = warm
-    b = 0
-    for _ in range(microbatches - warm):
-        out.append(("forward", f))
-        f += 1
-        out.append(("backward", b))
-        b += 1
-    for _ in range(warm):
-        out.append(("backward", b))
-        b += 1
-    return out
-
-
-def gpipe(microbatches: int) -> List[Event]:
-    """Every forward, then every backward (the planted pp-schedule-gpipe's order)."""
-    return [("forward", m) for m in range(microbatches)] + [("backward", m) for m in range(microbatches)]
 
 
 def plant_kill_rank(layer: Any, rank: int) -> None:
@@ -108,15 +108,23 @@ def plant_kill_rank(layer: Any, rank: int) -> None:
 
 
 class PPRunner(TorchRunner):
-    """One stage's execution of a case: rank r is stage r // tp (tp 1: the rank is its stage)."""
+    """One rank's execution of a case: rank r is stage r // tp (tp 1: the rank is its stage), holding
+    the case's vp model chunks c (virtual stages c * pp + stage)."""
 
     def __init__(self, sut: Any, c: Any, data: Any, pp: int, tp: int = 1):
-        self.pp, self.tp = pp, tp
+        self.pp, self.tp, self.vp = pp, tp, c.vp
         rank = dist.get_rank()
         self.stage, self.tp_rank = rank // tp, rank % tp
-        # the ranks of this tensor-parallel rank in the stages before and after (megatron's p2p peers)
-        self.prev_peer, self.next_peer = rank - tp, rank + tp
-        self.span = stage_layers(len(c.layers), pp)[self.stage]
+        # the ranks of this tensor-parallel rank in the stages before and after (megatron's p2p peers;
+        # with virtual stages the first and the last stage are each other's)
+        self.prev_peer = ((self.stage - 1) % pp) * tp + self.tp_rank
+        self.next_peer = ((self.stage + 1) % pp) * tp + self.tp_rank
+        table = stage_layers(len(c.layers), pp, self.vp)
+        if rank_faults.FAULT == "vp-chunk-layers-contiguous":  # planted: chunk c of rank s is virtual stage s * vp + c
+            self.spans = [table[self.stage * self.vp + k] for k in range(self.vp)]
+        else:
+            self.spans = [table[k * pp + self.stage] for k in range(self.vp)]
+        self.span = self.spans[0]
         self.schedule: Dict[int, List[Event]] = {}  # per step: the events as they ran
         self.prev_out: Optional[torch.Tensor] = None  # the last activation sent (planted pp-send-stale)
         super().__init__(sut, c, data)
@@ -134,27 +142,36 @@ class PPRunner(TorchRunner):
         """The shape of an activation sent between stages (and of its gradient)."""
         return (self.case.tokens, self.case.hidden)
 
-    def stage_params(self) -> List[int]:
-        """recap's indices of the parameters of this stage's layers."""
-        first, stop = self.span
+    def chunk_params(self, chunk: int) -> List[int]:
+        """recap's indices of the parameters of one of this rank's model chunks."""
+        first, stop = self.spans[chunk]
         return [i for i, p in enumerate(case_mod.param_infos(self.case)) if first <= p.layer < stop]
+
+    def stage_params(self) -> List[int]:
+        """recap's indices of the parameters of this rank's layers (every chunk's)."""
+        return sorted(i for k in range(self.vp) for i in self.chunk_params(k))
 
     def body(self, call_layer: Any) -> List[Any]:
         c = self.case
         for p in self.params:
             p.grad.zero_()
-        M, P, s = c.microbatches, self.pp, self.stage
-        first, stop = self.span
-        is_first, is_last = s == 0, s == P - 1
-        order = gpipe(M) if rank_faults.FAULT == "pp-schedule-gpipe" else one_f_one_b(P, s, M)
+        M, P, V, s = c.microbatches, self.pp, self.vp, self.stage
+        if rank_faults.FAULT == "pp-schedule-gpipe":
+            order = gpipe(M, V)
+        else:
+            order = stage_order(P, s, M, V)
+        params_of = [self.chunk_params(k) for k in range(V)]
         losses: List[Optional[torch.Tensor]] = [None] * M
-        inputs: Dict[int, torch.Tensor] = {}
-        outputs: Dict[int, torch.Tensor] = {}
+        inputs: Dict[Tuple[int, int], torch.Tensor] = {}
+        outputs: Dict[Tuple[int, int], torch.Tensor] = {}
         sends: List[Any] = []
         keep: List[torch.Tensor] = []  # what an isend still reads until it is waited
         events: List[Event] = []
         shape = self.act_shape()
-        for kind, m in order:
+        for kind, m, k in order:
+            v = k * P + s  # the virtual stage: 0 takes the microbatch, P * V - 1 computes the loss
+            is_first, is_last = v == 0, v == P * V - 1
+            first, stop = self.spans[k]
             self.obs.microbatch = m
             self.pos.set(pass_=kind, microbatch=m, layer="")
             if kind == "forward":
@@ -162,9 +179,9 @@ class PPRunner(TorchRunner):
                     x = self.inp[m].detach().requires_grad_(True)
                 else:
                     buf = torch.empty(shape, dtype=self.dt, device=self.dev)
-                    dist.recv(buf, self.prev_peer)
+                    dist.recv(buf, self.prev_peer, tag=TAG["forward"])
                     x = buf.requires_grad_(True)
-                inputs[m] = x
+                inputs[(m, k)] = x
                 for l in range(first, stop):
                     self.pos.set(pass_="forward", layer=self.layer_names[l])
                     x = call_layer(l, m, x)
@@ -173,34 +190,36 @@ class PPRunner(TorchRunner):
                 if is_last:
                     self.pos.set(layer="loss")
                     losses[m] = L.mse_loss(x, self.tgt[m])
-                    outputs[m] = losses[m]  # type: ignore[assignment]
+                    outputs[(m, k)] = losses[m]  # type: ignore[assignment]
                 else:
                     out = x.detach().contiguous()
-                    # planted pp-send-stale: every microbatch but the run's first is sent the previous
-                    # one's activation (of this step, or the last microbatch of the step before)
+                    # planted pp-send-stale: every activation but the run's first is sent as the one
+                    # sent before it (of this step, or the last of the step before)
                     sent = out
                     if rank_faults.FAULT == "pp-send-stale":
                         sent = self.prev_out if self.prev_out is not None else out
                         self.prev_out = out
                     keep.append(sent)
-                    sends.append(dist.isend(sent, self.next_peer))
-                    outputs[m] = x
+                    sends.append(dist.isend(sent, self.next_peer, tag=TAG["forward"]))
+                    outputs[(m, k)] = x
             else:
                 if is_last:
-                    outputs[m].backward()
+                    outputs[(m, k)].backward()
                 else:
                     g = torch.empty(shape, dtype=self.dt, device=self.dev)
-                    dist.recv(g, self.next_peer)
-                    torch.autograd.backward(outputs[m], g)
+                    dist.recv(g, self.next_peer, tag=TAG["backward"])
+                    torch.autograd.backward(outputs[(m, k)], g)
                 if not is_first:
-                    gin = inputs[m].grad
+                    gin = inputs[(m, k)].grad
                     gin = torch.zeros(shape, dtype=self.dt, device=self.dev) if gin is None else gin.contiguous()
                     keep.append(gin)
-                    sends.append(dist.isend(gin, self.prev_peer))
-                del outputs[m], inputs[m]
-                for i, p in enumerate(self.params):
-                    self.gbuf[m][i].copy_(p.grad)
-            events.append((kind, m))
+                    sends.append(dist.isend(gin, self.prev_peer, tag=TAG["backward"]))
+                del outputs[(m, k)], inputs[(m, k)]
+                # microbatch m's gradients of this chunk's parameters: every microbatch up to m summed,
+                # as one rank's gradient after microbatch m (a chunk runs its backwards in order)
+                for i in params_of[k]:
+                    self.gbuf[m][i].copy_(self.params[i].grad)
+            events.append((kind, m, k))
         for w in sends:
             w.wait()
         self.schedule[self.pos.step] = events
@@ -214,6 +233,7 @@ class PPRunner(TorchRunner):
 
 def pp_extras(runner: PPRunner) -> Dict[str, Any]:
     """What a stage's observation adds for the leader (core/ranks.merge moves it into `ranks`)."""
-    return {"rank_pp": {"pp": runner.pp, "tp": runner.tp, "stage": runner.stage,
-                        "stage_layers": [list(x) for x in stage_layers(len(runner.case.layers), runner.pp)],
+    pp, vp = runner.pp, runner.vp
+    return {"rank_pp": {"pp": pp, "vp": vp, "tp": runner.tp, "stage": runner.stage,
+                        "chunk_layers": [list(x) for x in runner.spans],
                         "params": runner.stage_params(), "schedule": runner.schedule}}
