@@ -62,6 +62,13 @@ const std::vector<Rule>& rules() {
       {"-", "ranks draw different masks outside tensor-parallel regions: the shared generator is seeded per rank (as "
             "for data parallelism) where tensor-parallel ranks must draw alike",
        [](const Symptom& s) { return s.is("outside_masks_equal", Disposition::Incorrect); }},
+      {"-", "with virtual pipeline stages, the group's gradients differ from one rank's: a model chunk holds other "
+            "layers than megatron-core's offset gives it (virtual stage chunk * pp + stage), or an activation went to "
+            "another chunk or microbatch",
+       [](const Symptom& s) {
+         return s.spec.vp > 1 && (s.is("grads_match_one_rank", Disposition::Incorrect) ||
+                                  s.is("reference", Disposition::Incorrect) || s.is("training", Disposition::Incorrect));
+       }},
       {"-", "the group's gradients differ from one rank's: a collective missing or wrong (an all-reduce of a "
             "tensor-parallel region's backward) or shards assembled in the wrong place",
        [](const Symptom& s) { return s.is("grads_match_one_rank", Disposition::Incorrect); }},

@@ -75,6 +75,13 @@ if ((need_venv)); then
 fi
 if [ "$mode" = test ]; then
   export RECAP_REQUIRE_TORCH=1  # tests/drivers.cmake: the driver tests and cli.sut_torch_* must run, not skip
+  # megatron-core's own pipeline-schedule functions, read from its wheels (2 MB each, never
+  # installed: they need CUDA) by drivers/tests/test_schedules.py, which skips where none is here
+  for v in 0.15.3 0.19.2; do
+    ls .whl/megatron_core-"$v"-*.whl >/dev/null 2>&1 && continue
+    "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+      -d .whl "megatron-core==$v" || echo "bootstrap: megatron-core $v's wheel not downloaded (test_schedules skips it)"
+  done
 elif ((need_venv)); then
   export RECAP_PYTHON="${RECAP_PYTHON:-$PWD/$venv/bin/python}"  # the interpreter of recap's torch and megatron workers
 fi

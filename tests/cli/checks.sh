@@ -22,6 +22,17 @@ rank_fault_caught() {  # FAULT ORACLES PROPERTIES FILE...
 }
 # The torch checks: skipped (77) where $RECAP_PYTHON (CMake: the drivers' interpreter) has no
 # torch, failed where RECAP_REQUIRE_TORCH is set (scripts/bootstrap.sh test, so CI).
+# A field of a report's first case ("first") or first counterexample ("found"), or of a case file
+# ("file"), with $py; 1 where absent (tp, pp and vp are not written at 1).
+field() {  # JSON-FILE KEY FIELD
+  "$py" - "$1" "$2" "$3" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+if sys.argv[2] == "first": j = j["cases"][0]["spec"]
+elif sys.argv[2] == "found": j = j["summary"]["failures"][0]["case"]
+print(j.get(sys.argv[3], 1))
+PY
+}
 need_torch() {  # PYTHON
   "$1" -c 'import torch' 2>/dev/null && return
   [ -z "${RECAP_REQUIRE_TORCH:-}" ] || fail "RECAP_REQUIRE_TORCH is set but $1 cannot import torch"
@@ -1101,15 +1112,6 @@ sut_torch_pp_fuzz_shrinks)
   # it. Seed 8's first case is of pp 2 (the report lists it). Skipped (77) without torch.
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
-  field() {  # JSON-FILE KEY FIELD: a field of the report's first case / counterexample, or of a case file
-    "$py" - "$1" "$2" "$3" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
-if sys.argv[2] == "first": j = j["cases"][0]["spec"]
-elif sys.argv[2] == "found": j = j["summary"]["failures"][0]["case"]
-print(j.get(sys.argv[3], 1))
-PY
-  }
   "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 8 --cases 1 --stop-on-first --shrink-limit 12 \
     --worker-env RECAP_RANK_FAULT=pp-send-stale --property training --corpus-dir found --report r.json > out.txt 2> err.txt
   rc=$?; cat out.txt
@@ -1129,6 +1131,34 @@ PY
   "$recap" replay --sut torch --backend sim "$cx" --property training > clean.txt 2> err.txt
   rc=$?; cat clean.txt
   grep -Eq "^  training +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
+  ;;
+sut_torch_vp_fuzz_shrinks)
+  # recap fuzz --sut torch --ranks 2 draws vp from the group's hello (capabilities.vp) for pp cases.
+  # vp-chunk-layers-contiguous fails only with virtual stages (at vp 1 its layout is megatron-core's):
+  # seed 1 finds it, and its counterexample keeps pp 2 and vp 2 while the layers shrink to one per
+  # chunk; it replays incorrect with the fault and passes without it. Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 1 --cases 12 --stop-on-first --shrink-limit 12 \
+    --worker-env RECAP_RANK_FAULT=vp-chunk-layers-contiguous --property reference,grads_match_one_rank \
+    --corpus-dir found --report r.json > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "vp-chunk-layers-contiguous: exit $rc, expected 1"; }
+  validate_report r.json
+  [ "$(field r.json found pp)" = 2 ] && [ "$(field r.json found vp)" = 2 ] ||
+    fail "the fault needs virtual stages: the counterexample must keep pp 2 and vp 2"
+  "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(len(j["summary"]["failures"][0]["case"]["layers"]) != 4)' r.json ||
+    fail "the counterexample did not shrink to one layer per model chunk"
+  grep -q "diagnosis: with virtual pipeline stages, the group's gradients differ from one rank's" out.txt || fail "the diagnosis"
+  grep -q "vp=2" out.txt || fail "the classification does not count vp cases"
+  set -- found/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one corpus file, found: $*"
+  cx=$1
+  "$recap" replay --sut torch --backend sim "$cx" --property reference --worker-env RECAP_RANK_FAULT=vp-chunk-layers-contiguous > again.txt 2> err.txt
+  rc=$?; cat again.txt
+  grep -Eq "^  reference +incorrect" again.txt || fail "the replay did not reproduce it (exit $rc)"
+  "$recap" replay --sut torch --backend sim "$cx" --property reference > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  grep -Eq "^  reference +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
   ;;
 sut_torch_planted_faults)
   # No verdict without evidence, on a real torch (CPU): planted driver faults (RECAP_DRIVER_FAULT,
