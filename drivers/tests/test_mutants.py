@@ -126,8 +126,8 @@ class Table(unittest.TestCase):
         self.assertEqual(len(mutants.BY_NAME), len(mutants.MUTANTS), "names are unique")
         for m in mutants.MUTANTS:
             self.assertTrue(m.suts and set(m.suts) <= {"torch", "megatron"}, m.name)
-            self.assertTrue(1 <= m.bug_class <= 25, m.name)
-            self.assertIn(m.needs, ("", "cuda", "graphs"))
+            self.assertTrue(1 <= m.bug_class <= 33, m.name)  # docs/recompute-and-rng.md section 3
+            self.assertIn(m.needs, ("", "cuda", "graphs", "ranks"))
             self.assertNotIn("\n", m.description)
 
     def test_graph_mutants_apply_to_both_suts(self):
@@ -159,7 +159,11 @@ class Table(unittest.TestCase):
         self.assertEqual(ls["ckpt-no-rng-preserve"]["not_exercised"], "")
         self.assertIn("CUDA graphs", ls["graph-replay-skipped"]["not_exercised"])
         self.assertIn("CUDA device", ls["ckpt-cpu-rng-only"]["not_exercised"])
+        self.assertIn("rank group", ls["dist-all-reduce-skipped"]["not_exercised"])
         ls = {e["name"]: e for e in mutants.listing("torch", {"graphs": True}, "NVIDIA H200")}
+        self.assertEqual([n for n, e in ls.items() if e["not_exercised"]],
+                         ["dist-all-reduce-skipped", "dist-all-gather-reversed"])
+        ls = {e["name"]: e for e in mutants.listing("torch", {"graphs": True, "tp": [2]}, "NVIDIA H200")}  # a rank group
         self.assertTrue(all(e["not_exercised"] == "" for e in ls.values()))
 
     def test_the_table_imports_no_framework(self):
@@ -214,7 +218,8 @@ class CpuMutants(AgainstUnmutated):
 
     def test_every_cpu_capable_torch_mutant_is_tested(self):
         tested = {"ckpt-no-rng-preserve", "ckpt-recompute-fresh-generator", "ckpt-recompute-offset-shift",
-                  "ckpt-param-grad-lost", "ckpt-input-grad-lost"}
+                  "ckpt-param-grad-lost", "ckpt-input-grad-lost",
+                  "dist-all-reduce-skipped", "dist-all-gather-reversed"}  # DistributedMutants
         self.assertEqual({m.name for m in mutants.for_sut("torch") if m.cpu}, tested)
 
     def test_gpu_mutants_install_on_a_cpu_torch(self):
@@ -223,6 +228,57 @@ class CpuMutants(AgainstUnmutated):
                      "graph-static-input-stale", "graph-warmup-mutates-params"):
             p = _run("import sys; from recap_drivers import mutants; mutants.install(mutants.BY_NAME[sys.argv[1]])", name)
             self.assertEqual(p.returncode, 0, f"{name}: {p.stderr[-800:]}")
+
+# Two gloo ranks (processes) call all_reduce and all_gather_into_tensor, with a mutant installed or
+# none; rank 0 prints what it got.
+COLLECTIVES = r"""
+import json, os, sys, tempfile
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+from recap_drivers import mutants
+
+def rank(r, name, path, q):
+    if name:
+        mutants.install(mutants.BY_NAME[name])
+    dist.init_process_group("gloo", init_method="file://" + path, rank=r, world_size=2)
+    x = torch.tensor([float(r + 1)])
+    dist.all_reduce(x)
+    g = torch.empty(2)
+    dist.all_gather_into_tensor(g, torch.tensor([float(r)]))
+    if r == 0:
+        q.put({"all_reduce": x.tolist(), "all_gather": g.tolist()})
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")  # -c code cannot be pickled for spawn; CPU torch forks safely
+    q = ctx.Queue()
+    path = os.path.join(tempfile.mkdtemp(), "store")
+    ps = [ctx.Process(target=rank, args=(r, sys.argv[1], path, q)) for r in range(2)]
+    for p in ps:
+        p.start()
+    print(json.dumps(q.get(timeout=120)))
+    for p in ps:
+        p.join()
+"""
+
+
+def collectives(name: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", COLLECTIVES, name], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=DRIVERS))
+    assert p.returncode == 0, p.stderr[-800:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not installed")
+class DistributedMutants(unittest.TestCase):
+    def test_unmutated(self):
+        self.assertEqual(collectives(""), {"all_reduce": [3.0], "all_gather": [0.0, 1.0]})
+
+    def test_all_reduce_skipped(self):
+        self.assertEqual(collectives("dist-all-reduce-skipped"), {"all_reduce": [1.0], "all_gather": [0.0, 1.0]})
+
+    def test_all_gather_reversed(self):
+        self.assertEqual(collectives("dist-all-gather-reversed"), {"all_reduce": [3.0], "all_gather": [1.0, 0.0]})
+
 
 # A stand-in for megatron-core, on the CPU generator: the module paths and method names the megatron
 # mutants patch (tensor_parallel.random's tracker and CheckpointFunction, DDP's zero_grad_buffer),

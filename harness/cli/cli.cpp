@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "harness/cli/cli.h"
 #include "harness/sut/worker.h"
@@ -190,6 +191,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
       // from another thread: a driver dies with the thread that started it (PR_SET_PDEATHSIG).
       std::map<int, std::shared_ptr<sut::WorkerSut>> groups;
       sut::Capabilities merged;
+      std::set<std::string> group_fires;  // framework mutants a group can fire (its hello's listing)
       for (int n = 2; n <= f.ranks; ++n) {
         if (f.ranks % n != 0) continue;
         sut::WorkerConfig g = w;
@@ -222,9 +224,19 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
         merged.sp = merged.sp || gc.sp;
         merged.worlds.push_back(n);
         groups[n] = group;
+        if (gi.mutants.is_array())
+          for (const Json& e : gi.mutants)
+            if (e.is_object() && e.value("not_exercised", std::string("?")).empty())
+              group_fires.insert(e.value("name", std::string()));
       }
       s.sut = std::make_shared<sut::RankedSut>(worker, std::move(groups), f.ranks);
       group_caps = merged;
+      // A campaign's framework mutant is exercised where any of its workers can fire it (a
+      // torch.distributed mutant in a rank group only): the groups' listing clears the one-rank
+      // worker's reason.
+      if (s.info.mutants.is_array())
+        for (Json& e : s.info.mutants)
+          if (e.is_object() && group_fires.count(e.value("name", std::string()))) e["not_exercised"] = "";
     }
   }
   if (std::string err = sut::capabilities_from_json(s.info.capabilities, &s.caps); !err.empty())

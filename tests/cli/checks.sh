@@ -797,17 +797,19 @@ assert r["schema"] == "recap.mutants/1" and r["sut"]["device"] == "cpu", r["sut"
 assert r["baselines"][0]["passed"], r["baselines"]
 got = {m["mutant"]: m for m in r["mutants"]}
 assert set(got) == {m.name for m in mutants.for_sut("torch")}, sorted(got)
+one_rank = [m for m in mutants.for_sut("torch") if m.cpu and m.needs != "ranks"]  # a rank group's: mutants_framework_ranks
 for m in mutants.for_sut("torch"):
     e = got[m.name]
-    if m.cpu:
+    if m in one_rank:
         assert e["verdict"] == "killed" and e["confirmed"], (m.name, e)
         assert e["bucket"] and e["cases"] >= 1 and e["seconds"] > 0, e
         f = json.load(open(e["corpus_file"]))
         assert f["sut"]["framework_mutant"] == m.name and f["sut"]["name"] == "torch", f["sut"]
     else:
-        assert e["verdict"] == "not exercised" and "cpu" in e["reason"], (m.name, e)
+        want = "rank group" if m.needs == "ranks" else "cpu"
+        assert e["verdict"] == "not exercised" and want in e["reason"], (m.name, e)
 s = r["summary"]
-assert s["killed"] == sum(m.cpu for m in mutants.for_sut("torch")) and s["survived"] == 0, s
+assert s["killed"] == len(one_rank) and s["survived"] == 0, s
 assert 0 < s["median_seconds_to_kill"] <= s["max_seconds_to_kill"], s
 print("killed:", ", ".join(f"{n} ({e['cases']} cases, {e['seconds']:.1f} s, {e['property']})"
                            for n, e in got.items() if e["verdict"] == "killed"))
@@ -817,6 +819,49 @@ PY
   grep -q "as expected" r1.txt || fail "replay: not as expected"
   "$py" -c 'import json,sys; f=json.load(open(sys.argv[1])); del f["sut"]["framework_mutant"]; json.dump(f, open("plain.json","w"))' "$kill"
   "$recap" replay --worker-python "$py" plain.json > r2.txt 2> err.txt
+  rc=$?; cat r2.txt
+  [ "$rc" -eq 1 ] && grep -q "DIFFERS: verdict passed" r2.txt || fail "without its mutant the kill should pass (exit 1, DIFFERS), got $rc"
+  ;;
+mutants_framework_ranks)
+  # Framework mutants of torch.distributed (drivers/recap_drivers/mutants/distributed.py, needs
+  # "ranks") with `recap mutants --ranks 2`: the collectives a rank group's tensor- and
+  # sequence-parallel layers call, broken, are killed by the cross-rank and fp64 oracles, and each
+  # kill keeps tp 2 (one rank calls no collective) and replays with its mutant, passing without it.
+  # Without --ranks they are "not exercised", naming the rank group; recap's own fault points refuse
+  # --ranks (one line, exit 2). Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  "$recap" mutants --ranks 2 > /dev/null 2> bad.txt
+  rc=$?; cat bad.txt
+  [ "$rc" -eq 2 ] && [ "$(wc -l < bad.txt)" -eq 1 ] && grep -q "^recap: error: --ranks: recap's own fault points" bad.txt ||
+    fail "recap mutants --ranks 2 (recap's own): exit $rc, expected 2 with one line"
+  m="--mutant dist-all-reduce-skipped --mutant dist-all-gather-reversed"
+  "$recap" mutants --sut torch --backend sim $m --report one.json > one.txt 2> err.txt
+  rc=$?; cat one.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "without --ranks: exit $rc, expected 0 (nothing exercised)"; }
+  "$recap" mutants --sut torch --ranks 2 --backend sim --seed 1 --cases 30 --shrink-limit 20 $m \
+    --report m.json --corpus-dir found > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 0 ] || { tail -20 err.txt; fail "--ranks 2: exit $rc, expected 0 (every mutant killed)"; }
+  "$py" - one.json m.json <<'PY' || fail "the reports"
+import json, sys
+one, r = (json.load(open(p)) for p in sys.argv[1:3])
+for m in one["mutants"]:
+    assert m["verdict"] == "not exercised" and "rank group" in m["reason"], m
+got = {m["mutant"]: m for m in r["mutants"]}
+assert set(got) == {"dist-all-reduce-skipped", "dist-all-gather-reversed"}, sorted(got)
+for name, e in got.items():
+    assert e["verdict"] == "killed" and e["confirmed"], (name, e)
+    f = json.load(open(e["corpus_file"]))
+    assert f["sut"]["framework_mutant"] == name and f.get("tp") == 2, (name, f.get("tp"), f["sut"])
+assert r["summary"]["killed"] == 2 and r["summary"]["survived"] == 0, r["summary"]
+print("killed:", ", ".join(f"{n} ({e['cases']} cases, {e['property']})" for n, e in got.items()))
+PY
+  kill=$(ls found/dist-all-reduce-skipped/*.json | head -1)
+  "$recap" replay "$kill" > r1.txt 2> err.txt || { cat r1.txt; tail -5 err.txt; fail "the kill does not replay with its mutant"; }
+  grep -q "as expected" r1.txt || fail "replay: not as expected"
+  "$py" -c 'import json,sys; f=json.load(open(sys.argv[1])); del f["sut"]["framework_mutant"]; json.dump(f, open("plain.json","w"))' "$kill"
+  "$recap" replay plain.json > r2.txt 2> err.txt
   rc=$?; cat r2.txt
   [ "$rc" -eq 1 ] && grep -q "DIFFERS: verdict passed" r2.txt || fail "without its mutant the kill should pass (exit 1, DIFFERS), got $rc"
   ;;

@@ -14,11 +14,13 @@ closure variable) and refuse to install, with one line, when it is absent: they 
 torch 2.11 and megatron-core 0.15.3 and 0.19.2 by feature, not by version.
 
 Modules: this one (how a worker names, lists and installs a mutant; the table is table.json), recompute
-(what a mutated recompute does), torch and megatron (the patches).
+(what a mutated recompute does), torch, distributed (torch.distributed's collectives) and megatron
+(the patches).
 
 `needs`: what the worker must have for the mutant to be reachable at all: "" (any device, the eager
-executor on the CPU), "cuda" (a CUDA generator), "graphs" (CUDA graphs); megatron-core needs CUDA
-for everything, so its mutants need "cuda".
+executor on the CPU), "cuda" (a CUDA generator), "graphs" (CUDA graphs), "ranks" (a rank group, whose
+hello lists capabilities.tp: recap mutants --ranks N); megatron-core needs CUDA for everything, so
+its mutants need "cuda".
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from .distributed import install_all_gather_reversed, install_all_reduce_skipped
 from .megatron import (
     install_mcore_cuda_rng_not_restored,
     install_mcore_fork_not_advancing,
@@ -66,13 +69,13 @@ class Mutant:
     suts: Tuple[str, ...]  # the SUTs it applies to: "torch", "megatron" (graph mutants act on both)
     bug_class: int    # docs/recompute-and-rng.md, section 3
     upstream: str     # the public issue or PR it is modelled on ("" none)
-    needs: str        # "", "cuda" or "graphs"
+    needs: str        # "", "cuda", "graphs" or "ranks"
     description: str  # one line
     install: Callable[[], None]
 
     @property
     def cpu(self) -> bool:
-        return self.needs == ""
+        return self.needs in ("", "ranks")  # a rank group runs on the CPU with gloo
 
 
 # ---- the table -------------------------------------------------------------------------------
@@ -84,7 +87,7 @@ _INSTALLS: Dict[str, Callable[..., None]] = {f.__name__: f for f in (
     install_replay_rng_frozen, install_static_input_stale, install_warmup_mutates_params,
     install_mcore_tracker_not_restored, install_mcore_cuda_rng_not_restored, install_mcore_recompute,
     install_mcore_tracker_states_live, install_mcore_recompute_default_generator, install_mcore_fork_not_advancing,
-    install_mcore_grad_buffer_not_zeroed)}
+    install_mcore_grad_buffer_not_zeroed, install_all_reduce_skipped, install_all_gather_reversed)}
 _HOOKS: Dict[str, Hook] = {f.__name__: f for f in (
     fresh_generator_then_run, shift_then_run, recompute_without_param_grads, recompute_inputs_detached,
     mcore_shift_then_run)}
@@ -127,6 +130,8 @@ def not_reachable(m: Mutant, caps: Dict[str, Any], device: str) -> str:
         return f"needs CUDA graphs; this worker runs on {device} (the eager executor only)"
     if m.needs == "cuda" and device == "cpu":
         return "needs a CUDA device; this worker runs on cpu"
+    if m.needs == "ranks" and not caps.get("tp"):
+        return "needs a rank group (--ranks N): this worker runs one rank and calls no collective"
     return ""
 
 

@@ -30,8 +30,11 @@ forward_backward_pipelining_with_interleaving's with microbatch_group_size_per_v
 (a final group smaller than P is refused) and layers % (P * V) == 0: a case that breaks either
 is skipped naming it. A pair of ranks then carries activations one way and gradients the other
 (P = 2, or the wrap from the last rank to the first): each direction has its own tag, so gloo
-matches every receive with its send whatever the two ranks' orders (NCCL ignores tags; recap
-runs vp on gloo only, see TorchRankSUT.why_skipped).
+matches every receive with its send whatever the two ranks' orders. (With the tags removed, the
+two ranks' orders were seen to agree anyway: pp 2 and 4, vp 2 and 3, bitwise results.) NCCL,
+selected where every rank has its own GPU, ignores tags and is untested here: it runs a
+communicator's point-to-point operations in order on one stream, where megatron-core pairs each
+send with its receive (batch_isend_irecv); this driver's isend-then-recv may need the same.
 
 Seeds. megatron/training/initialize.py _set_random_seed seeds each pipeline stage with
 seed + 100 * pp_rank before model_parallel_cuda_manual_seed: the default generator here is seeded

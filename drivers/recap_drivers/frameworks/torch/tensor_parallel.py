@@ -609,9 +609,6 @@ class TorchRankSUT(TorchSUT):
             return (f"executor {c.executor}: a rank group runs eagerly only (graphs across ranks are not built "
                     "by this driver yet)")
         tp = self.world // self.pp
-        if c.vp > 1 and dist.get_backend() == "nccl":
-            return (f"vp {c.vp}: the interleaved schedule's point-to-point sends are matched by tag (gloo); NCCL "
-                    "ignores tags and this driver does not pair its sends and receives as megatron-core does")
         return (super().why_skipped(c) or (pp_problem(c, self.pp) if self.pp > 1 else "")
                 or (tp_problem(c, tp) if tp > 1 else ""))
 
