@@ -151,7 +151,7 @@ std::string later_stage_draws(const RankGroupRun& g) {
         return "stage " + std::to_string(stage_of(g, rank)) + " draws (" + m.layer +
                "): a stage is seeded seed + 100 * stage (megatron's _set_random_seed), the one-rank run draws others";
       const int l = layer_of_site(m.layer);
-      if (l < first.first || l >= first.second)
+      if (l >= 0 && (l < first.first || l >= first.second))
         return "stage 0 draws in a later model chunk (" + m.layer +
                "): its chunks draw one generator in the interleaved order, the one-rank run layer after layer";
     }

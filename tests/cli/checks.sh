@@ -1080,9 +1080,17 @@ sut_torch_vp_faults)
   # rank that ran it, pass. Each planted fault makes its oracle incorrect where the clean run passed it:
   # vp-chunk-layers-contiguous (each rank's chunks contiguous layers, not megatron-core's offset),
   # pp-schedule-gpipe (every chunk of a microbatch in turn), pp-stage-seed-shared, pp-send-stale.
+  # tp2-pp2-vp2-grads puts tp 2 (sequence parallel) inside the two stages of two chunks each, on 4
+  # ranks: within the tolerance of one rank, interleaved on every rank.
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   grads="$src/tests/cli/data/pp2-vp2-grads.json"; masks="$src/tests/cli/data/pp2-vp2-masks.json"
+  tpvp="$src/tests/cli/data/tp2-pp2-vp2-grads.json"
+  "$recap" replay --sut torch --backend sim "$tpvp" > tpvp.txt 2> err.txt
+  rc=$?; cat tpvp.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "tp2-pp2-vp2: exit $rc"; }
+  expect tpvp.txt "grads_match_one_rank passed: 198 tensors (25344 elements) within 1e-05 of the one-rank run" "tp inside vp: within the tolerance"
+  expect tpvp.txt "pp_schedule_1f1b passed: 12 stage schedules (192 events) are interleaved 1F1B over 2 stages of 2 model chunks" "tp inside vp: interleaved"
   "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
   rc=$?; cat clean.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }

@@ -141,7 +141,8 @@ def _later_draw(h: Dict[str, Any], ranks: List[Dict[str, List[Dict[str, Any]]]],
             if stages[r] > 0:
                 return (f"stage {stages[r]} draws ({k[1]}): a stage is seeded seed + 100 * stage (megatron's "
                         "_set_random_seed), the one-rank run draws others")
-            if not first[0] <= _layer_of(k[1]) < first[1]:
+            layer = _layer_of(k[1])
+            if layer >= 0 and not first[0] <= layer < first[1]:
                 return (f"stage 0 draws in a later model chunk ({k[1]}): its chunks draw one generator in the "
                         "interleaved order, the one-rank run layer after layer")
     return ""

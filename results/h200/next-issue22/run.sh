@@ -3,9 +3,9 @@
 # `recap` of the gpu preset, as results/h200/next-issue21 builds it). One mode per call, ending
 # within CALL_S seconds (default 540):
 #   groups     the torch rank groups on CUDA: every tests/cli/data rank file (tp 2, sp, pp 2, tp 2
-#              inside pp 2) replayed clean, then under each planted rank fault its oracle must catch
-#              (as cli.sut_torch_ranks_faults, cli.sut_torch_pp_faults and cli.sut_torch_tp_pp_faults
-#              do on the CPU). On one GPU the ranks share it over gloo (core/ranks.py backend_for); on
+#              inside pp 2, pp 2 with vp 2) replayed clean, then under each planted rank fault its
+#              oracle must catch (as cli.sut_torch_ranks_faults, cli.sut_torch_pp_faults,
+#              cli.sut_torch_tp_pp_faults and cli.sut_torch_vp_faults do on the CPU). On one GPU the ranks share it over gloo (core/ranks.py backend_for); on
 #              two or more, nccl.
 #   campaign   recap fuzz --sut torch --backend cuda --ranks ${RANKS:-4} (groups of every divisor),
 #              seed 1, ${CASES:-300} cases, 4 jobs: every shape drawn, every bucket in the report
@@ -21,11 +21,12 @@ case ${1:-} in
   groups)
     timeout -k 10 $(( $(left) / 3 )) "$B" replay --sut torch --backend cuda "${W[@]}" $D/tp2-masks.json $D/tp2-grads.json \
       $D/tp2-sp-masks.json $D/tp2-sp-grads.json $D/pp2-masks.json $D/pp2-grads.json $D/tp2-pp2-masks.json $D/tp2-pp2-grads.json \
-      --report "$o/clean.json" > "$o/clean.log" 2>&1; echo "exit $?" >> "$o/clean.log"
-    all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,training
+      $D/pp2-vp2-masks.json $D/pp2-vp2-grads.json --report "$o/clean.json" > "$o/clean.log" 2>&1; echo "exit $?" >> "$o/clean.log"
+    all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,training,reference
     for f in tp-seed-shared:tp2-pp2-masks tp-recompute-stale:tp2-pp2-masks dp-seed-per-rank:tp2-pp2-masks \
              tp-grad-not-reduced:tp2-pp2-grads pp-stage-seed-shared:tp2-pp2-masks pp-send-stale:tp2-pp2-grads \
-             pp-schedule-gpipe:tp2-pp2-grads sp-grad-not-reduced:tp2-sp-grads sp-block-no-fork:tp2-sp-masks; do
+             pp-schedule-gpipe:tp2-pp2-grads sp-grad-not-reduced:tp2-sp-grads sp-block-no-fork:tp2-sp-masks \
+             vp-chunk-layers-contiguous:pp2-vp2-grads; do
       [ "$(left)" -gt 40 ] || break
       fault=${f%%:*}; file=$D/${f#*:}.json
       timeout -k 10 60 "$B" replay --sut torch --backend cuda "${W[@]}" "$file" --property "$all" \
