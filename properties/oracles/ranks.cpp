@@ -344,10 +344,11 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   if (!group.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
   const RankGroupRun& g = *group.ranks;
   // The group sums partial products in another order than one rank (an all-reduce of per-rank
-  // partial sums), so bitwise equality is not expected: a relative L2 bound from the arithmetic,
-  // models/check.h's (as ranks_check.py's TOL_F32 / TOL_BF16). Measured: 300 tensors of a
-  // six-layer case within 5e-7 (drivers/PROTOCOL.md, "Rank groups").
-  const double tol = group.spec.model.dtype == models::DType::BF16 ? models::check::kTolBf16Stack : models::check::kTolF32;
+  // partial sums), so bitwise equality is not expected. Each run is within models/check.h's bound
+  // of the exact result (tolerance(): fp32 1e-5; bf16 by depth), so the two are within twice it
+  // (as ranks_check.py's tolerance). Measured: 300 fp32 tensors of a six-layer case within 5e-7; a
+  // 3-layer bf16 tp 2 case over 4 steps reached 4.5e-2, past the stack bound 4e-2 itself.
+  const double tol = 2 * models::check::tolerance(group.spec.model);
   if (group.failure) return skipped(p, "the group's run did not complete: " + group.failure->line());
   const auto inside = forward_table(g, /*inside=*/true);
   size_t inside_draws = 0;
