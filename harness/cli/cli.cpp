@@ -57,7 +57,7 @@ void add_sut_options(CLI::App& cmd, SutFlags* f) {
       });
   cmd.add_option("--ranks", f->ranks,
                  "Also start rank groups of n ranks for every divisor n > 1 of N (2..64; --sut torch only, on gloo on the "
-                 "CPU): cases whose tp * pp is n run on that group (tp, pp, tp inside pp, sp; a failure shrinks toward the "
+                 "CPU): cases whose tp * pp is n run on that group (tp, pp, tp inside pp, sp, vp; a failure shrinks toward the "
                  "smallest group), tp 1 pp 1 on the ordinary worker, and the cross-rank properties are judged "
                  "(drivers/PROTOCOL.md, \"Rank groups\")")
       ->check(CLI::Range(2, 64));
