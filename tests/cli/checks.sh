@@ -20,6 +20,22 @@ rank_fault_caught() {  # FAULT ORACLES PROPERTIES FILE...
     grep -Eq "^  $oracle +passed" clean.txt || fail "$oracle did not pass on the clean run"
   done
 }
+# Each FAULT:ORACLES:FILEVAR caught by rank_fault_caught with PROPERTIES, on the file the shell
+# variable FILEVAR holds.
+rank_faults_caught() {  # PROPERTIES SPEC...
+  local props=$1 f rest file; shift
+  for f in "$@"; do
+    rest=${f#*:}; eval "file=\$${rest#*:}"
+    rank_fault_caught "${f%%:*}" "${rest%%:*}" "$props" "$file"
+  done
+}
+# The clean run of a rank check: `recap replay --sut torch --backend sim ARGS...`, its report in
+# clean.json and its table in clean.txt (what rank_fault_caught compares with); exit 0 expected.
+clean_replay() {  # ARGS...
+  "$recap" replay --sut torch --backend sim "$@" --report clean.json > clean.txt 2> err.txt
+  local rc=$?; cat clean.txt
+  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+}
 # The torch checks: skipped (77) where $RECAP_PYTHON (CMake: the drivers' interpreter) has no
 # torch, failed where RECAP_REQUIRE_TORCH is set (scripts/bootstrap.sh test, so CI).
 # A field of a report's first case ("first") or first counterexample ("found"), or of a case file
@@ -917,10 +933,7 @@ sut_torch_ranks_faults)
   masks="$src/tests/cli/data/tp2-masks.json"; grads="$src/tests/cli/data/tp2-grads.json"
   # sequence parallel (tp 2, sp): every draw per-rank; every kind that splits or holds parameters whole
   spmasks="$src/tests/cli/data/tp2-sp-masks.json"; spgrads="$src/tests/cli/data/tp2-sp-grads.json"
-  "$recap" replay --sut torch --ranks 2 --backend sim "$masks" "$grads" "$src/tests/cli/data/torch-naive-eager.json" \
-    "$spmasks" "$spgrads" --report clean.json > clean.txt 2> err.txt
-  rc=$?; cat clean.txt
-  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  clean_replay --ranks 2 "$masks" "$grads" "$src/tests/cli/data/torch-naive-eager.json" "$spmasks" "$spgrads"
   expect clean.txt "rank_recompute_equal passed: 24 recompute draws on 2 ranks equal their forward draws" "clean masks: rank_recompute_equal"
   expect clean.txt "tp_masks_differ      passed: 6 draws inside tensor-parallel regions differ across 2 ranks" "clean masks: tp_masks_differ"
   expect clean.txt "outside_masks_equal  passed: 6 draws outside" "clean masks: outside_masks_equal"
@@ -933,12 +946,9 @@ sut_torch_ranks_faults)
   expect clean.txt "reference            passed: step 0, microbatch 0: 10 gradients against fp64" "clean sp masks: the reference applies the ranks' rows"
   validate_report clean.json
   ranks="rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank"
-  for f in tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
-           dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
-           sp-block-no-fork:tp_masks_differ:spmasks sp-grad-not-reduced:grads_match_one_rank:spgrads; do
-    rest=${f#*:}
-    rank_fault_caught "${f%%:*}" "${rest%%:*}" "$ranks" "$(eval echo \$${rest#*:})"
-  done
+  rank_faults_caught "$ranks" tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
+    dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
+    sp-block-no-fork:tp_masks_differ:spmasks sp-grad-not-reduced:grads_match_one_rank:spgrads
   # The fp64 reference applies the group's masks (the ranks' own, assembled in rank order inside the
   # regions) to the full model: it passes on the clean group, where draws inside regions leave
   # grads_match_one_rank nothing to compare, and catches the unreduced gradient there.
@@ -1023,9 +1033,7 @@ sut_torch_pp_faults)
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   grads="$src/tests/cli/data/pp2-grads.json"; masks="$src/tests/cli/data/pp2-masks.json"
-  "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
-  rc=$?; cat clean.txt
-  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  clean_replay "$grads" "$masks"
   expect clean.txt "grads_match_one_rank passed: 345 tensors (37200 elements) of 2 pipeline stages bitwise equal to the one-rank run's" "clean grads: bitwise"
   expect clean.txt "pp_schedule_1f1b  passed: 6 stage schedules (36 events) are 1F1B over 2 stages" "clean grads: 1F1B"
   expect clean.txt "pp_stage_masks_differ passed: 12 draws at equal positions differ across 2 stages" "clean masks: own streams"
@@ -1053,9 +1061,7 @@ sut_torch_tp_pp_faults)
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   grads="$src/tests/cli/data/tp2-pp2-grads.json"; masks="$src/tests/cli/data/tp2-pp2-masks.json"
-  "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
-  rc=$?; cat clean.txt
-  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  clean_replay "$grads" "$masks"
   expect clean.txt "grads_match_one_rank passed: 165 tensors (21120 elements) within 2e-05 of the one-rank run" "clean grads: within the tolerance"
   expect clean.txt "tp_masks_differ       passed: 12 draws inside tensor-parallel regions differ across 4 ranks (2 pairs" "clean masks: per stage"
   expect clean.txt "outside_masks_equal   passed: 36 draws outside tensor-parallel regions equal on the ranks of each of 2 stages" "clean masks: outside"
@@ -1063,13 +1069,10 @@ sut_torch_tp_pp_faults)
   grep -Ec "^  reference +passed" clean.txt | grep -q 2 || fail "clean: the fp64 reference did not pass on both files"
   validate_report clean.json
   all="rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,training"
-  for f in tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
-           dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
-           pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:grads_match_one_rank:grads \
-           pp-schedule-gpipe:pp_schedule_1f1b:grads sp-grad-not-reduced:grads_match_one_rank:grads; do
-    rest=${f#*:}
-    rank_fault_caught "${f%%:*}" "${rest%%:*}" "$all" "$(eval echo \$${rest#*:})"
-  done
+  rank_faults_caught "$all" tp-seed-shared:tp_masks_differ:masks tp-recompute-stale:rank_recompute_equal:masks \
+    dp-seed-per-rank:outside_masks_equal:masks tp-grad-not-reduced:grads_match_one_rank:grads \
+    pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:grads_match_one_rank:grads \
+    pp-schedule-gpipe:pp_schedule_1f1b:grads sp-grad-not-reduced:grads_match_one_rank:grads
   ;;
 sut_torch_vp_faults)
   # Virtual pipeline stages (issue 22) on the CPU (gloo): pp 2 with vp 2 on a group of two ranks,
@@ -1091,9 +1094,7 @@ sut_torch_vp_faults)
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "tp2-pp2-vp2: exit $rc"; }
   expect tpvp.txt "grads_match_one_rank passed: 198 tensors (25344 elements) within 2e-05 of the one-rank run" "tp inside vp: within the tolerance"
   expect tpvp.txt "pp_schedule_1f1b passed: 12 stage schedules (192 events) are interleaved 1F1B over 2 stages of 2 model chunks" "tp inside vp: interleaved"
-  "$recap" replay --sut torch --backend sim "$grads" "$masks" --report clean.json > clean.txt 2> err.txt
-  rc=$?; cat clean.txt
-  [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
+  clean_replay "$grads" "$masks"
   expect clean.txt "grads_match_one_rank  passed: 234 tensors (30240 elements) of 2 pipeline stages bitwise equal to the one-rank run's" "clean grads: bitwise"
   expect clean.txt "pp_schedule_1f1b      passed: 6 stage schedules (96 events) are interleaved 1F1B over 2 stages of 2 model chunks" "clean: interleaved"
   expect clean.txt "pp_stage_masks_differ passed: 24 draws at equal positions differ across 2 stages" "clean masks: own streams"
@@ -1101,11 +1102,8 @@ sut_torch_vp_faults)
   grep -Ec "^  reference +passed" clean.txt | grep -q 2 || fail "clean: the fp64 reference did not pass on both files"
   validate_report clean.json
   all="rank_recompute_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,reference,training"
-  for f in vp-chunk-layers-contiguous:grads_match_one_rank,reference:grads pp-schedule-gpipe:pp_schedule_1f1b:grads \
-           pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:training:masks; do
-    rest=${f#*:}
-    rank_fault_caught "${f%%:*}" "${rest%%:*}" "$all" "$(eval echo \$${rest#*:})"
-  done
+  rank_faults_caught "$all" vp-chunk-layers-contiguous:grads_match_one_rank,reference:grads \
+    pp-schedule-gpipe:pp_schedule_1f1b:grads pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:training:masks
   expect pp-schedule-gpipe.txt "event 1 was the forward of microbatch 0 on chunk 1, interleaved 1F1B runs the forward of microbatch 1 on chunk 0" "gpipe: where"
   ;;
 sut_torch_ranks_shrink_world)

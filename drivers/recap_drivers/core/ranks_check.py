@@ -139,8 +139,9 @@ def _layer_of(site: str) -> int:
 
 def _site_p(case: Dict[str, Any], layer: str) -> float:
     """The dropout probability of the draw site `layer` ("attention0.core": layer 0's)."""
+    i = _layer_of(layer)
     try:
-        return float(case["layers"][_layer_of(layer)].get("dropout", 0.0)) if _layer_of(layer) >= 0 else 0.0
+        return float(case["layers"][i].get("dropout", 0.0)) if i >= 0 else 0.0
     except (IndexError, KeyError):
         return 0.0
 

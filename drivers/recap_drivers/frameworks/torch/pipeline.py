@@ -128,6 +128,9 @@ class PPRunner(TorchRunner):
         else:
             self.spans = [table[k * pp + self.stage] for k in range(self.vp)]
         self.span = self.spans[0]
+        # recap's indices of each chunk's parameters (their gradients are the chunk's to record)
+        infos = case_mod.param_infos(c)
+        self.chunk_params = [[i for i, p in enumerate(infos) if first <= p.layer < stop] for first, stop in self.spans]
         self.schedule: Dict[int, List[Event]] = {}  # per step: the events as they ran
         self.prev_out: Optional[torch.Tensor] = None  # the last activation sent (planted pp-send-stale)
         super().__init__(sut, c, data)
@@ -145,14 +148,9 @@ class PPRunner(TorchRunner):
         """The shape of an activation sent between stages (and of its gradient)."""
         return (self.case.tokens, self.case.hidden)
 
-    def chunk_params(self, chunk: int) -> List[int]:
-        """recap's indices of the parameters of one of this rank's model chunks."""
-        first, stop = self.spans[chunk]
-        return [i for i, p in enumerate(case_mod.param_infos(self.case)) if first <= p.layer < stop]
-
     def stage_params(self) -> List[int]:
         """recap's indices of the parameters of this rank's layers (every chunk's)."""
-        return sorted(i for k in range(self.vp) for i in self.chunk_params(k))
+        return sorted(i for ids in self.chunk_params for i in ids)
 
     def body(self, call_layer: Any) -> List[Any]:
         c = self.case
@@ -163,7 +161,6 @@ class PPRunner(TorchRunner):
             order = gpipe(M, V)
         else:
             order = stage_order(P, s, M, V)
-        params_of = [self.chunk_params(k) for k in range(V)]
         losses: List[Optional[torch.Tensor]] = [None] * M
         inputs: Dict[Tuple[int, int], torch.Tensor] = {}
         outputs: Dict[Tuple[int, int], torch.Tensor] = {}
@@ -220,7 +217,7 @@ class PPRunner(TorchRunner):
                 del outputs[(m, k)], inputs[(m, k)]
                 # microbatch m's gradients of this chunk's parameters: every microbatch up to m summed,
                 # as one rank's gradient after microbatch m (a chunk runs its backwards in order)
-                for i in params_of[k]:
+                for i in self.chunk_params[k]:
                     self.gbuf[m][i].copy_(self.params[i].grad)
             events.append((kind, m, k))
         for w in sends:
