@@ -69,6 +69,15 @@ const std::vector<Rule>& rules() {
          return s.spec.vp > 1 && (s.is("grads_match_one_rank", Disposition::Incorrect) ||
                                   s.is("reference", Disposition::Incorrect) || s.is("training", Disposition::Incorrect));
        }},
+      {"-", "data-parallel replicas applied gradients that are not the sum over the replicas: the gradient all-reduce "
+            "before the update is missing, or reduces over another group",
+       [](const Symptom& s) { return s.is("dp_grads_reduced", Disposition::Incorrect); }},
+      {"-", "with data-parallel replicas, the group's gradients differ from one rank's while each replica's sum is "
+            "right: a replica ran other microbatches than its share of the step's (d * M / dp ..)",
+       [](const Symptom& s) {
+         return s.spec.dp > 1 && (s.is("grads_match_one_rank", Disposition::Incorrect) ||
+                                  s.is("reference", Disposition::Incorrect));
+       }},
       {"-", "the group's gradients differ from one rank's: a collective missing or wrong (an all-reduce of a "
             "tensor-parallel region's backward) or shards assembled in the wrong place",
        [](const Symptom& s) { return s.is("grads_match_one_rank", Disposition::Incorrect); }},

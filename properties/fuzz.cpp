@@ -83,6 +83,7 @@ std::vector<std::string> classify(const CaseSpec& s) {
   if (s.tp > 1) out.push_back("tp=" + std::to_string(s.tp));  // a rank group's case (one-rank coverage unchanged)
   if (s.pp > 1) out.push_back("pp=" + std::to_string(s.pp));
   if (s.vp > 1) out.push_back("vp=" + std::to_string(s.vp));
+  if (s.dp > 1) out.push_back("dp=" + std::to_string(s.dp));
   // Where issue 23's fault points live: a graph pool replayed more than once (a leak shows as
   // growth between replays), and a without-output checkpoint whose output the consumer saves, so
   // it is discarded and rebound (in one unit: eagerly, or both inside one full-iteration graph).

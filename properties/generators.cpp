@@ -192,6 +192,21 @@ void fit_to_pipeline(CaseSpec& s, int pp, int vp, const sut::Capabilities& caps)
   s.model.layers = std::move(model);
 }
 
+// A case of dp D replicas for a rank group whose tp * pp * D is the size of a group started (else
+// left without replicas): an executor the group runs, and microbatches rounded up to a multiple of
+// D (of D * P with virtual stages: each replica's own must split into groups of P), in the default
+// order (each replica runs its schedule's own); D is dropped where that passes recap's 16.
+void fit_to_replicas(CaseSpec& s, int dp, const std::vector<int>& worlds, const sut::Capabilities& caps) {
+  if (dp < 2 || std::find(worlds.begin(), worlds.end(), s.tp * s.pp * dp) == worlds.end()) return;
+  const int unit = dp * (s.vp > 1 ? s.pp : 1);
+  const int mbs = (s.microbatches + unit - 1) / unit * unit;
+  if (mbs > 16) return;
+  s.dp = dp;
+  s.microbatches = mbs;
+  s.order.clear();
+  if (!caps.tp_executor.empty()) fit(s.executor, caps.tp_executor);
+}
+
 }  // namespace
 
 rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
@@ -251,7 +266,16 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
         rc::gen::set(&CaseDraw::rng_seed, uniform(1, 1000)));
   });
 
-  auto build = [=](const CaseDraw& d, int tp, int pp, bool sp, int vp) {
+  std::vector<int> worlds = caps.worlds;
+  if (worlds.empty()) {
+    int world = 1;
+    for (int v : caps.tp) world = std::max(world, v);
+    for (int v : caps.pp) world = std::max(world, v);
+    for (int v : caps.dp) world = std::max(world, v);
+    worlds = {world};
+  }
+  std::sort(worlds.begin(), worlds.end());
+  auto build = [=](const CaseDraw& d, int tp, int pp, bool sp, int vp, int dp) {
     CaseSpec s;
     s.name = "generated";
     s.model.hidden = d.hidden;
@@ -344,11 +368,13 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
     fit_to_sut(s, caps);
     if (tp > 1) fit_to_group(s, tp, sp, caps);
     if (pp > 1) fit_to_pipeline(s, pp, vp, caps);
+    fit_to_replicas(s, dp, worlds, caps);
     return s;
   };
   // One rank only (every system without --ranks): no tp draw, so the draws and every fixed-seed
   // case are what they were.
-  if (caps.tp.empty() && caps.pp.empty()) return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1, false, 1); });
+  if (caps.tp.empty() && caps.pp.empty() && caps.dp.empty())
+    return rc::gen::map(draw, [=](const CaseDraw& d) { return build(d, 1, 1, false, 1, 1); });
   // A rank group: the group's shape (tp, pp) is drawn first, so that RapidCheck shrinks it first,
   // toward (1, 1) (a failure that still happens on one rank is no cross-rank bug), keeping N where
   // only N fails. Shapes the groups run: tp * pp is the size of one of them (caps.worlds; without
@@ -357,15 +383,9 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
   // larger shrink; and, where the groups run sequence parallelism, each shape of tp > 1 with sp
   // (after the shapes without it, toward which they shrink). A shape is tp * 1000 + pp * 10 + sp.
   // Virtual stages are a draw of their own after the case's (so that the shape and the case draw
-  // what they drew before vp existed), used where pp > 1 and shrinking toward none.
-  std::vector<int> worlds = caps.worlds;
-  if (worlds.empty()) {
-    int world = 1;
-    for (int v : caps.tp) world = std::max(world, v);
-    for (int v : caps.pp) world = std::max(world, v);
-    worlds = {world};
-  }
-  std::sort(worlds.begin(), worlds.end());
+  // what they drew before vp existed), used where pp > 1 and shrinking toward none; data-parallel
+  // replicas one after that, used where the shape's tp * pp * dp is a group's size (one rank's
+  // shape becomes dp replicas of one rank) and shrinking toward none.
   std::vector<int> tp_values = {1}, pp_values = {1};
   tp_values.insert(tp_values.end(), caps.tp.begin(), caps.tp.end());
   pp_values.insert(pp_values.end(), caps.pp.begin(), caps.pp.end());
@@ -379,10 +399,13 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
       if (shapes[i].second / 1000 > 1) shapes.push_back({2, shapes[i].second + 1});
   std::vector<std::pair<int, int>> vps = {{2, 1}};
   for (int v : caps.vp) vps.push_back({1, v});
-  return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw, weighted<int>(vps)),
-                      [=](const std::tuple<int, CaseDraw, int>& t) {
+  std::vector<std::pair<int, int>> dps = {{2, 1}};
+  for (int v : caps.dp) dps.push_back({1, v});
+  return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw, weighted<int>(vps), weighted<int>(dps)),
+                      [=](const std::tuple<int, CaseDraw, int, int>& t) {
                         const int shape = std::get<0>(t);
-                        return build(std::get<1>(t), shape / 1000, shape % 1000 / 10, shape % 10 == 1, std::get<2>(t));
+                        return build(std::get<1>(t), shape / 1000, shape % 1000 / 10, shape % 10 == 1, std::get<2>(t),
+                                     std::get<3>(t));
                       });
 }
 

@@ -50,7 +50,7 @@ bool failing(Disposition d);
 //                     same disposition and failure, bitwise equal RNG ledgers, losses, gradients
 //                     and parameters within differential_tolerance
 const std::vector<std::string>& property_names();
-//   rank_recompute_equal  (only with a rank group, --ranks N: the six below) on every rank, every
+//   rank_recompute_equal  (only with a rank group, --ranks N: the seven below) on every rank, every
 //                     recompute draw equals its forward draw (steps[].ranks)
 //   tp_masks_differ   draws inside tensor-parallel regions differ across ranks (beyond chance)
 //   outside_masks_equal  draws outside those regions are equal on every rank
@@ -58,6 +58,8 @@ const std::vector<std::string>& property_names();
 //                     same case (tp 1) within a relative L2 tolerance (pp stages of tp 1: bitwise)
 //   pp_schedule_1f1b  every pipeline stage's observed forward/backward events are the 1F1B order
 //   pp_stage_masks_differ  pipeline stages draw from their own streams (beyond chance)
+//   dp_grads_reduced  data-parallel replicas apply bitwise equal step gradients, the sum of the
+//                     replicas' own accumulations (within the tolerance)
 // Whether a property is judged only when asked for (differential: a second backend's run).
 bool opt_in_property(const std::string& name);
 // Whether a property is judged only where the system under test runs a rank group (sut::Sut::ranks).

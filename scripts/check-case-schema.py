@@ -275,6 +275,8 @@ PROBES: List[Tuple[str, bool, List[Callable[[Dict[str, Any]], None]], bool]] = [
     ("vp 2 without pp", False, [with_("vp", 2)], True),
     ("vp 1 without pp", True, [with_("vp", 1)], True),
     ("vp: true", False, [with_("pp", 2), with_("vp", True)], True),
+    ("dp 2 with tp 2 and pp 2", True, [with_("tp", 2), with_("pp", 2), with_("dp", 2)], True),
+    ("dp: true", False, [with_("dp", True)], True),
     ("sp: 1", False, [with_("tp", 2), with_("sp", 1)], True),
     ("seeds: 0 and u64 max", True, [with_("seeds", {"param": 0, "data": U64_MAX, "rng": 0})], True),
     ("seeds: -1", False, [with_("seeds.param", -1)], True),
@@ -313,6 +315,7 @@ RANGES: List[Tuple[str, int, int, List[Callable[[Dict[str, Any]], None]]]] = [
     ("tp", 1, 64, []),
     ("pp", 1, 64, []),
     ("vp", 1, 16, [with_("pp", 2)]),
+    ("dp", 1, 64, []),
 ]
 for _path, _lo, _hi, _setup in RANGES:
     PROBES += [(f"{_path}: {v}", ok, _setup + [with_(_path, v)], True)

@@ -38,7 +38,7 @@ FAULTS = ["rng-snapshot-is-handle", "rng-offset-baked", "generator-not-registere
 CASE_KEYS = {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers",
              "checkpoint_style", "policy", "executor", "warmup", "replays", "microbatches",
              "microbatch_order", "generator", "device_state", "warmup_backward", "shared_pool", "seeds", "lr",
-             "tp", "pp", "vp", "sp", "faults"}
+             "tp", "pp", "vp", "dp", "sp", "faults"}
 LAYER_KEYS = {"kind", "heads", "ffn_hidden", "dropout", "checkpoint", "checkpoint_modules", "graphed"}
 
 
@@ -96,6 +96,7 @@ class Case:
     tp: int = 1  # tensor-parallel world size; a run request's "tp" is what a rank group reads (PROTOCOL.md 10)
     pp: int = 1  # pipeline stages; as tp, the run request's "pp" is what a rank group reads
     vp: int = 1  # virtual pipeline stages per pipeline rank (pp > 1): megatron-core's interleaved schedule
+    dp: int = 1  # data-parallel replicas: each runs microbatches / dp of the step's, gradients summed across them
     sp: bool = False  # sequence parallelism over the tensor-parallel ranks (tp > 1)
     expected: Any = None
     faults: List[str] = field(default_factory=list)  # recap's runtime's fault points; frameworks have none
@@ -305,6 +306,8 @@ def parse_case(j: Any, extension_styles: Sequence[str] = ()) -> Case:
         c.pp = _int(j["pp"], "pp")
     if "vp" in j:
         c.vp = _int(j["vp"], "vp")
+    if "dp" in j:
+        c.dp = _int(j["dp"], "dp")
     if "sp" in j:
         v = j["sp"]
         if not isinstance(v, bool):
@@ -401,8 +404,12 @@ def validate(c: Case) -> str:
         return _range("tp", 1, 64, c.tp)
     if c.pp < 1 or c.pp > 64:
         return _range("pp", 1, 64, c.pp)
-    if c.tp * c.pp > 64:
-        return f"pp {c.pp} with tp {c.tp}: {c.tp * c.pp} ranks, at most 64"
+    if c.dp < 1 or c.dp > 64:
+        return _range("dp", 1, 64, c.dp)
+    if c.tp * c.pp * c.dp > 64:
+        if c.dp == 1:
+            return f"pp {c.pp} with tp {c.tp}: {c.tp * c.pp} ranks, at most 64"
+        return f"dp {c.dp} with tp {c.tp} and pp {c.pp}: {c.tp * c.pp * c.dp} ranks, at most 64"
     if c.vp < 1 or c.vp > 16:
         return _range("vp", 1, 16, c.vp)
     if c.vp > 1 and c.pp < 2:

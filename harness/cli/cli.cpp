@@ -57,7 +57,7 @@ void add_sut_options(CLI::App& cmd, SutFlags* f) {
       });
   cmd.add_option("--ranks", f->ranks,
                  "Also start rank groups of n ranks for every divisor n > 1 of N (2..64; --sut torch only, on gloo on the "
-                 "CPU): cases whose tp * pp is n run on that group (tp, pp, tp inside pp, sp, vp; a failure shrinks toward the "
+                 "CPU): cases whose tp * pp * dp is n run on that group (tp, pp, tp inside pp, sp, vp, dp; a failure shrinks toward the "
                  "smallest group), tp 1 pp 1 on the ordinary worker, and the cross-rank properties are judged "
                  "(drivers/PROTOCOL.md, \"Rank groups\")")
       ->check(CLI::Range(2, 64));
@@ -211,15 +211,12 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
           throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello: " + err);
         if (std::find(gc.tp.begin(), gc.tp.end(), n) == gc.tp.end())
           throw UsageError("--ranks " + std::to_string(f.ranks) + ": the rank group's hello lists no tp " + std::to_string(n));
-        for (int t : gc.tp)
-          if (std::find(merged.tp.begin(), merged.tp.end(), t) == merged.tp.end()) merged.tp.push_back(t);
-        for (int p : gc.pp)
-          if (std::find(merged.pp.begin(), merged.pp.end(), p) == merged.pp.end()) merged.pp.push_back(p);
-        for (int v : gc.vp)
-          if (std::find(merged.vp.begin(), merged.vp.end(), v) == merged.vp.end()) merged.vp.push_back(v);
-        std::sort(merged.tp.begin(), merged.tp.end());
-        std::sort(merged.pp.begin(), merged.pp.end());
-        std::sort(merged.vp.begin(), merged.vp.end());
+        // the union of the groups' sizes, sorted
+        for (auto [from, to] : {std::pair{&gc.tp, &merged.tp}, {&gc.pp, &merged.pp}, {&gc.vp, &merged.vp}, {&gc.dp, &merged.dp}}) {
+          for (int v : *from)
+            if (std::find(to->begin(), to->end(), v) == to->end()) to->push_back(v);
+          std::sort(to->begin(), to->end());
+        }
         merged.tp_executor = gc.tp_executor;
         merged.sp = merged.sp || gc.sp;
         merged.worlds.push_back(n);
@@ -246,6 +243,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
     s.caps.tp_executor = group_caps->tp_executor;
     s.caps.pp = group_caps->pp;
     s.caps.vp = group_caps->vp;
+    s.caps.dp = group_caps->dp;
     s.caps.sp = group_caps->sp;
     s.caps.worlds = group_caps->worlds;
   }

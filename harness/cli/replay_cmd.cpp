@@ -300,7 +300,7 @@ int replay(const ReplayArgs& a) {
   for (size_t i = 0; i < suts.size(); ++i) {
     if (!mutants[i].empty()) suts[i] += " with mutant " + mutants[i];
     // A case of tp N (or pp N) found on a rank group replays on one (its --ranks N) without being told
-    const int ranks = specs[i].tp * specs[i].pp;
+    const int ranks = specs[i].ranks();
     const bool group = a.sut.ranks == 0 && ranks > 1 && suts[i].rfind("torch", 0) == 0;
     if (group) suts[i] += " --ranks " + std::to_string(ranks);
     if (systems.count(suts[i])) continue;

@@ -156,10 +156,11 @@ std::string capabilities_from_json(const Json& j, Capabilities* out) {
   Capabilities c = every_value();
   try {
     read_dims(j, "capabilities", /*per_executor=*/false, &c.all);
-    // a rank group's sizes: tp, pp and vp above 1 (1 is every system's)
+    // a rank group's sizes: tp, pp, vp and dp above 1 (1 is every system's)
     if (j.contains("tp")) read_sizes(j["tp"], "tp", 64, &c.tp);
     if (j.contains("pp")) read_sizes(j["pp"], "pp", 64, &c.pp);
     if (j.contains("vp")) read_sizes(j["vp"], "vp", 16, &c.vp);
+    if (j.contains("dp")) read_sizes(j["dp"], "dp", 64, &c.dp);
     if (j.contains("tp") || j.contains("pp")) c.tp_executor = c.all.executor;  // a group's executors
     if (j.contains("sp")) {  // a rank group runs its tp cases sequence parallel too
       if (!j["sp"].is_boolean()) throw Bad{"capabilities.sp: expected true or false, got " + type_of(j["sp"])};

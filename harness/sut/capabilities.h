@@ -50,10 +50,13 @@ struct Capabilities {
   std::vector<int> pp;
   // Virtual pipeline stages above 1 the groups run with pp > 1 (their hellos' "vp"). Empty: no vp is drawn.
   std::vector<int> vp;
+  // Data-parallel replicas above 1 the groups run (their hellos' "dp"); a case's tp * pp * dp is the
+  // size of one of the groups. Empty: no dp is drawn.
+  std::vector<int> dp;
   // Whether the group runs tp cases sequence parallel too (its hello's "sp": true). False: no sp is drawn.
   bool sp = false;
-  // The sizes of the rank groups started (--ranks N: every divisor of N above 1): a shape's tp * pp
-  // is one of them. Empty: the one group whose size is the largest tp or pp value.
+  // The sizes of the rank groups started (--ranks N: every divisor of N above 1): a shape's
+  // tp * pp * dp is one of them. Empty: the one group whose size is the largest tp or pp value.
   std::vector<int> worlds;
 };
 

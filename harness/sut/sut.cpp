@@ -341,8 +341,8 @@ std::string WorkerSut::stderr_tail() const {
 SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   // A one-rank worker would run a tp case on one rank, and a group runs its own size only: neither
   // is the case as specified (checked before a worker is started for it)
-  const int ranks = spec.tp * spec.pp;  // a case's ranks: tp within each of its pp stages
-  const std::string dims = "tp " + std::to_string(spec.tp) + (spec.pp > 1 ? " pp " + std::to_string(spec.pp) : "");
+  const int ranks = spec.ranks();  // a case's ranks: tp within each of its pp stages, on each of its dp replicas
+  const std::string dims = spec.parallel_dims();
   if (ranks > 1 && config_.ranks != ranks)
     throw SkippedBySut(dims + ": " +
                        (config_.ranks > 0 ? "this rank group has " + std::to_string(config_.ranks) + " ranks"
@@ -366,6 +366,7 @@ SutRun WorkerSut::run(const training::CaseSpec& spec, const RunRequest& ask) {
   if (ranks > 1) {  // a rank group's request (drivers/PROTOCOL.md, "Rank groups")
     req.header["tp"] = spec.tp;
     if (spec.pp > 1) req.header["pp"] = spec.pp;
+    if (spec.dp > 1) req.header["dp"] = spec.dp;
   }
   if (config_.determinism_check) {
     // one check per case family: its executors share the eager form, and its checkpoints run

@@ -221,7 +221,7 @@ class WorkerSut : public Sut {
 
 // recap fuzz|replay --sut torch --ranks N: the ordinary one-rank worker and a rank group of n ranks
 // for every divisor n > 1 of N, each a WorkerSut (started when first needed, replaced when it dies).
-// A case goes to the one its tp * pp names: 1 to the one-rank worker (and so does every one-rank
+// A case goes to the one its tp * pp * dp names: 1 to the one-rank worker (and so does every one-rank
 // twin an oracle asks for), n to the group of n; a size no group has is skipped, naming the groups.
 class RankedSut : public Sut {
  public:
@@ -233,11 +233,12 @@ class RankedSut : public Sut {
   std::string name() const override { return one_->name(); }
   bool recap_runtime() const override { return false; }
   SutRun run(const training::CaseSpec& spec, const RunRequest& ask) override {
-    const int n = spec.tp * spec.pp;
+    const int n = spec.ranks();
     if (n > 1 && !groups_.count(n)) {
       std::string have;
       for (const auto& [size, g] : groups_) have += (have.empty() ? "" : ", ") + std::to_string(size);
-      throw SkippedBySut("tp " + std::to_string(spec.tp) + " pp " + std::to_string(spec.pp) + ": no rank group of " +
+      throw SkippedBySut("tp " + std::to_string(spec.tp) + " pp " + std::to_string(spec.pp) +
+                         (spec.dp > 1 ? " dp " + std::to_string(spec.dp) : std::string()) + ": no rank group of " +
                          std::to_string(n) + " ranks (--ranks " + std::to_string(world_) + " started groups of " + have + ")");
     }
     WorkerSut& w = n > 1 ? *groups_.at(n) : *one_;
@@ -245,7 +246,7 @@ class RankedSut : public Sut {
     return w.run(spec, ask);
   }
   Measurement measure(const training::CaseSpec& spec) override {
-    if (spec.tp * spec.pp > 1) throw SkippedBySut("a rank group serves no measure request (drivers/PROTOCOL.md, \"Rank groups\")");
+    if (spec.ranks() > 1) throw SkippedBySut("a rank group serves no measure request (drivers/PROTOCOL.md, \"Rank groups\")");
     last_ = one_.get();
     return one_->measure(spec);
   }

@@ -169,6 +169,15 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
   rg.vp = g.value("vp", 1);
   if (rg.vp < 1 || rg.vp > 64) throw ProtocolError("observation.ranks.vp: " + std::to_string(rg.vp) + " is not in [1, 64]");
   rg.sp = g.value("sp", false);
+  rg.dp = g.value("dp", 1);
+  if (rg.dp < 1 || rg.dp > rg.world || rg.world % rg.dp != 0)
+    throw ProtocolError("observation.ranks.dp: " + std::to_string(rg.dp) + " replicas of a group of " + std::to_string(rg.world));
+  rg.replicas = g.value("replicas", std::vector<int>(static_cast<size_t>(rg.world), 0));
+  if (rg.replicas.size() != static_cast<size_t>(rg.world))
+    throw ProtocolError("observation.ranks.replicas: " + std::to_string(rg.replicas.size()) + " replicas for " +
+                        std::to_string(rg.world) + " ranks");
+  for (int d : rg.replicas)
+    if (d < 0 || d >= rg.dp) throw ProtocolError("observation.ranks.replicas: replica " + std::to_string(d) + " of " + std::to_string(rg.dp));
   rg.stages = g.value("stages", std::vector<int>(static_cast<size_t>(rg.world), 0));
   if (rg.stages.size() != static_cast<size_t>(rg.world))
     throw ProtocolError("observation.ranks.stages: " + std::to_string(rg.stages.size()) + " stages for " +
@@ -187,6 +196,7 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
   }
   rg.masks.resize(static_cast<size_t>(rg.world));
   rg.replicated_grads.resize(static_cast<size_t>(rg.world));
+  rg.replica_grads.resize(static_cast<size_t>(rg.world));
   for (const Json& sj : need(h, "steps", "observation")) {
     const int step = need(sj, "step", "steps").get<int>();
     const std::string st = std::to_string(step);
@@ -224,13 +234,20 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
         rg.schedules[static_cast<size_t>(rank)].push_back({step, std::move(events)});
       }
       const size_t mbs = row.value("losses", Json::array()).size();
+      const std::string at = " @" + std::to_string(rank);
+      int last_mb = -1;  // the rank's last microbatch (with replicas, of its share of the step's)
       for (size_t mb = 0; mb < mbs; ++mb)
         for (size_t i = 0; i < n; ++i) {
-          if (rg.shard_dim[i] >= 0) continue;
           const std::string name = "grad " + st + " " + std::to_string(mb) + " " + std::to_string(i);
-          if (const Frame* f = m.frame(name + " @" + std::to_string(rank)))
-            rg.replicated_grads[static_cast<size_t>(rank)][name] = f32_values(*f);
+          const Frame* f = m.frame(name + at);
+          if (f) last_mb = static_cast<int>(mb);
+          if (f && rg.shard_dim[i] < 0) rg.replicated_grads[static_cast<size_t>(rank)][name] = f32_values(*f);
         }
+      if (rg.dp > 1)
+        for (size_t i = 0; i < n; ++i)
+          for (const std::string& name : {"grad " + st + " " + std::to_string(i),
+                                         "grad " + st + " " + std::to_string(last_mb) + " " + std::to_string(i)})
+            if (const Frame* f = m.frame(name + at)) rg.replica_grads[static_cast<size_t>(rank)][name] = f32_values(*f);
     }
   }
   return rg;
@@ -319,6 +336,14 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
       const size_t l = std::stoul(head.substr(i));
       return l < layer_rank.size() ? layer_rank[l] : -1;
     };
+    // With data-parallel replicas a microbatch's masks are its replica's: replica d ran the step's
+    // microbatches d * M / dp .., on the ranks tp * d .. of each stage (megatron-core's rank order).
+    const int dp = group ? std::max(1, h["ranks"].value("dp", 1)) : 1;
+    const int per_replica = std::max(1, spec.microbatches / dp);
+    auto owner_of = [&](const std::string& site, int microbatch) {
+      const int r = rank_of_site(site);
+      return r < 0 ? -1 : r + (microbatch / per_replica) * group_tp;
+    };
     const Json& steps = need(h, "steps", "observation");
     const size_t n = r.param_names.size();
     const int act = static_cast<int>(device::MemCategory::Activations);
@@ -379,7 +404,7 @@ training::RunResult run_result_of(const Message& m, const training::CaseSpec& sp
               // fp64 oracles apply what the group drew to the full model.
               // With pipeline stages each layer's mask is the one rank's that ran it (its stage's).
               const bool inside = std::find(tp_sites.begin(), tp_sites.end(), e.site.layer) != tp_sites.end();
-              const int owner = rank_of_site(e.site.layer);
+              const int owner = owner_of(e.site.layer, e.site.microbatch);
               std::vector<uint8_t> full;
               bool whole = owner >= 0;
               for (int r = owner; r < (inside ? owner + group_tp : owner + 1) && whole; ++r) {

@@ -643,11 +643,11 @@ std::string unmodelled(const CaseSpec& spec) {
     return "checkpoint_style non-reentrant: recap's runtime does not model torch.utils.checkpoint(use_reentrant=False) "
            "(its checkpoints are reentrant or without-output)";
   if (spec.tp > 1)
-    return "tp " + std::to_string(spec.tp) + (spec.pp > 1 ? " pp " + std::to_string(spec.pp) : std::string()) +
-           ": recap's runtime runs one rank (a rank group runs it: --sut torch --ranks " + std::to_string(spec.tp * spec.pp) + ")";
-  if (spec.pp > 1)
-    return "pp " + std::to_string(spec.pp) + ": recap's runtime runs one rank (a rank group runs it: --sut torch --ranks " +
-           std::to_string(spec.tp * spec.pp) + ")";
+    return spec.parallel_dims() + ": recap's runtime runs one rank (a rank group runs it: --sut torch --ranks " +
+           std::to_string(spec.ranks()) + ")";
+  if (spec.ranks() > 1)  // pp or dp alone: named without the tp 1
+    return spec.parallel_dims().substr(5) + ": recap's runtime runs one rank (a rank group runs it: --sut torch --ranks " +
+           std::to_string(spec.ranks()) + ")";
   return "";
 }
 

@@ -143,7 +143,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   check_keys(j, "",
              {"schema", "name", "description", "expected", "hidden", "tokens", "dtype", "layers", "checkpoint_style",
               "policy", "executor", "warmup", "replays", "microbatches", "microbatch_order", "generator",
-              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "pp", "vp", "sp", "faults"});
+              "device_state", "warmup_backward", "shared_pool", "seeds", "lr", "tp", "pp", "vp", "dp", "sp", "faults"});
   if (j.contains("schema")) {
     std::string schema = get_string(j["schema"], "schema");
     if (schema != "recap.case/1") fail("schema", "unsupported schema '" + schema + "' (this recap reads recap.case/1)");
@@ -199,6 +199,7 @@ void parse_case(const Json& j, CaseSpec* s) {
   if (j.contains("tp")) s->tp = get_int32(j["tp"], "tp");
   if (j.contains("pp")) s->pp = get_int32(j["pp"], "pp");
   if (j.contains("vp")) s->vp = get_int32(j["vp"], "vp");
+  if (j.contains("dp")) s->dp = get_int32(j["dp"], "dp");
   if (j.contains("sp")) s->sp = get_bool(j["sp"], "sp");
   if (j.contains("faults")) {
     const Json& fs = j["faults"];
@@ -234,6 +235,11 @@ std::vector<int> CaseSpec::effective_order() const {
     o.push_back(-1);
   }
   return o;
+}
+
+std::string CaseSpec::parallel_dims() const {
+  return "tp " + std::to_string(tp) + (pp > 1 ? " pp " + std::to_string(pp) : std::string()) +
+         (dp > 1 ? " dp " + std::to_string(dp) : std::string());
 }
 
 bool CaseSpec::any_checkpoint() const {
@@ -317,9 +323,14 @@ std::string validate(const CaseSpec& s) {
   if (!std::isfinite(s.lr) || s.lr < 0.0f || s.lr > 10.0f) return "lr must be in [0, 10], got " + fmt_float(s.lr);
   if (s.tp < 1 || s.tp > 64) return range_error("tp", 1, 64, s.tp);
   if (s.pp < 1 || s.pp > 64) return range_error("pp", 1, 64, s.pp);
-  if (s.tp * s.pp > 64)
-    return "pp " + std::to_string(s.pp) + " with tp " + std::to_string(s.tp) + ": " + std::to_string(s.tp * s.pp) +
-           " ranks, at most 64";
+  if (s.dp < 1 || s.dp > 64) return range_error("dp", 1, 64, s.dp);
+  if (s.tp * s.pp * s.dp > 64) {
+    if (s.dp == 1)
+      return "pp " + std::to_string(s.pp) + " with tp " + std::to_string(s.tp) + ": " + std::to_string(s.tp * s.pp) +
+             " ranks, at most 64";
+    return "dp " + std::to_string(s.dp) + " with tp " + std::to_string(s.tp) + " and pp " + std::to_string(s.pp) + ": " +
+           std::to_string(s.tp * s.pp * s.dp) + " ranks, at most 64";
+  }
   if (s.vp < 1 || s.vp > 16) return range_error("vp", 1, 16, s.vp);
   if (s.vp > 1 && s.pp < 2)
     return "vp: virtual pipeline stages interleave the chunks of pipeline ranks: needs pp > 1, got pp " +
@@ -384,6 +395,7 @@ Json case_to_json(const CaseSpec& s) {
   if (s.tp != 1) j["tp"] = s.tp;  // absent at 1: one-rank files and reports are unchanged
   if (s.pp != 1) j["pp"] = s.pp;
   if (s.vp != 1) j["vp"] = s.vp;
+  if (s.dp != 1) j["dp"] = s.dp;
   if (s.sp) j["sp"] = true;  // absent when off, as tp and pp
   if (!s.faults.empty()) j["faults"] = s.faults;  // absent when none: files without faults are unchanged
   if (!s.expected.is_null()) j["expected"] = s.expected;

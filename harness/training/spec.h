@@ -27,6 +27,8 @@
 //                                                at most 64, run the case)
 //     "vp": 1,                                  (virtual pipeline stages per rank: 1 .. 16, default 1;
 //                                                > 1 needs pp > 1: megatron-core's interleaved 1F1B)
+//     "dp": 1,                                  (data-parallel replicas: 1 .. 64, default 1; each runs
+//                                                microbatches / dp, tp * pp * dp ranks at most 64)
 //     "sp": false,                              (sequence parallelism over the tp ranks: needs tp > 1;
 //                                                default false)
 //     "faults": ["rng-offset-baked"],          (fault points, docs/faults.md; absent: none)
@@ -136,6 +138,11 @@ struct CaseSpec {
   // virtual_pipeline_model_parallel_size): 1 is none; V > 1 splits the layers into P * V model
   // chunks, rank s holding chunks s, s + P, .., run in the interleaved 1F1B schedule. Needs pp > 1.
   int vp = 1;
+  // Data-parallel replicas (issue 22): 1 is none; D > 1 runs the case on D replicas of its tp * pp
+  // ranks (tp * pp * D ranks, megatron-core's order: tensor-parallel rank fastest, then the replica,
+  // then the stage), replica d taking the step's microbatches d * M / D .. (d + 1) * M / D - 1; the
+  // replicas sum their gradients before the update (recap's loss sums its microbatches).
+  int dp = 1;
   // Sequence parallelism (issue 22, megatron-core's sequence_parallel): between tensor-parallel
   // regions each of the tp ranks holds tokens / tp rows. Needs tp > 1.
   bool sp = false;
@@ -148,6 +155,10 @@ struct CaseSpec {
   // `order`, or the default when empty.
   std::vector<int> effective_order() const;
   bool any_checkpoint() const;
+  // The ranks the case runs on: tp within each of its pp stages, on each of its dp replicas.
+  int ranks() const { return tp * pp * dp; }
+  // Its parallel dimensions in words, "tp 2 pp 2 dp 2" (tp always; pp and dp above 1).
+  std::string parallel_dims() const;
 };
 
 // The same case with every layer's checkpointing off (its selective modules cleared): the

@@ -153,13 +153,19 @@ double fp64_macs(const models::ModelSpec& model);
 constexpr double kReferenceMacBudget = 2e8;
 Oracle reference_oracle();
 Oracle training_oracle();
-// The fp64 check both of them make of a run's step: microbatch 0's gradients (named `names`, in the
-// record's order) against the fp64 reference from `params`, the step's input and target
+// The fp64 check both of them make of a run's step: a microbatch's gradients (named `names`, in the
+// record's order) against the fp64 reference from `params`, the microbatch's input and target
 // (training::step_data) and the forward masks of its ledger (training.cpp). `from` names the
-// parameters in the reason ("the parameters after step 0").
+// parameters in the reason ("the parameters after step 0"). The microbatch is a fresh
+// accumulation: 0, or with data-parallel replicas the first of a replica's share.
 CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec& spec,
                                   const std::vector<std::string>& names, const models::reference::Params& params,
-                                  const training::StepRecord& step, const std::string& from);
+                                  const training::StepRecord& step, const std::string& from, int microbatch = 0);
+// fp64_microbatch_check of microbatch 0 and, with dp replicas, of each replica's first (d * M / dp):
+// a replica that ran other data than its share of the step's fails here.
+CheckResult fp64_replicas_check(const char* property, const training::CaseSpec& spec, const std::vector<std::string>& names,
+                                const models::reference::Params& params, const training::StepRecord& step,
+                                const std::string& from);
 // Whether every forward mask of the step's microbatch 0 came with its bytes: another system's
 // masks are applied only when it sent them (the worker's mask_frames).
 bool masks_sent(const training::StepRecord& step);
@@ -173,6 +179,8 @@ Oracle outside_masks_equal_oracle();
 Oracle grads_match_one_rank_oracle();
 Oracle pp_schedule_1f1b_oracle();
 Oracle pp_stage_masks_differ_oracle();
+Oracle dp_grads_reduced_oracle();
+CheckResult dp_grads_reduced_check(const training::RunResult& r);
 CheckResult pp_schedule_1f1b_check(const training::RunResult& r);
 CheckResult pp_stage_masks_differ_check(const training::RunResult& r);
 CheckResult rank_recompute_equal_check(const training::RunResult& r);

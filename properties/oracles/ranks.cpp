@@ -18,9 +18,12 @@
 //   pp_stage_masks_differ the j-th draw of a step's microbatch on two stages, of equal size and
 //                         probability, differ beyond chance: each stage draws its own stream
 //                         (pp-stage-seed-shared)
-// With pipeline stages the mask checks compare ranks of one stage only (other stages run other
-// layers from other seeds); with tp inside the stages, each rank against its stage's first, and
-// grads_match_one_rank within the tolerance, not bitwise.
+//   dp_grads_reduced      data-parallel replicas apply bitwise equal step gradients, the sum of the
+//                         replicas' own accumulations within the tolerance (dp-grad-not-reduced)
+// With pipeline stages or data-parallel replicas the mask checks compare ranks of one cell (a
+// stage of a replica: its tensor-parallel group) only: other stages run other layers from other
+// seeds, other replicas other microbatches from the same seeds; with tp inside the stages, each
+// rank against its cell's first, and grads_match_one_rank within the tolerance, not bitwise.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -65,14 +68,13 @@ std::string fixed1(double v) {
 
 // The group's run, or why there is nothing to judge across ranks.
 const RankGroupRun* group_of(Runs& runs, std::string* why) {
-  if (runs.spec().tp <= 1 && runs.spec().pp <= 1) {
+  if (runs.spec().ranks() <= 1) {
     *why = "tp 1: one rank, nothing to compare across ranks";
     return nullptr;
   }
   const auto& g = runs.main().ranks;
   if (!g) {
-    *why = "the observation of a tp " + std::to_string(runs.spec().tp) + " pp " + std::to_string(runs.spec().pp) +
-           " case has no ranks (not a rank group's)";
+    *why = "the observation of a " + runs.spec().parallel_dims() + " case has no ranks (not a rank group's)";
     return nullptr;
   }
   if (g->world < 2) {
@@ -95,13 +97,27 @@ std::vector<std::map<MaskKey, const RankMask*>> forward_table(const RankGroupRun
 // Every rank's stage (all 0 without pipeline stages), and how many stages there are.
 int stage_of(const RankGroupRun& g, size_t rank) { return rank < g.stages.size() ? g.stages[rank] : 0; }
 int stage_count(const RankGroupRun& g) { return static_cast<int>(std::set<int>(g.stages.begin(), g.stages.end()).size()); }
-// The first rank of rank's stage (the ranks of a stage run the same layers).
-size_t stage_first(const RankGroupRun& g, size_t rank) {
+// Every rank's data-parallel replica (0 without replicas), and its cell: the ranks of one stage of
+// one replica (its tensor-parallel group), which run the same layers on the same microbatches.
+int replica_of(const RankGroupRun& g, size_t rank) { return rank < g.replicas.size() ? g.replicas[rank] : 0; }
+int cell_of(const RankGroupRun& g, size_t rank) { return stage_of(g, rank) * 64 + replica_of(g, rank); }
+size_t cell_first(const RankGroupRun& g, size_t rank) {
   for (size_t r = 0; r < rank; ++r)
-    if (stage_of(g, r) == stage_of(g, rank)) return r;
+    if (cell_of(g, r) == cell_of(g, rank)) return r;
   return rank;
 }
-bool one_rank_per_stage(const RankGroupRun& g) { return stage_count(g) > 1 && stage_count(g) == static_cast<int>(g.masks.size()); }
+int replica_count(const RankGroupRun& g) { return static_cast<int>(std::set<int>(g.replicas.begin(), g.replicas.end()).size()); }
+// Cells of one rank each (tp 1): no tensor-parallel region, no two ranks run the same layers on the
+// same data; "" when some cell holds several ranks, else how the group is made, in words.
+std::string one_rank_cells(const RankGroupRun& g) {
+  std::set<int> cells;
+  for (size_t r = 0; r < g.masks.size(); ++r) cells.insert(cell_of(g, r));
+  if (cells.size() < 2 || cells.size() != g.masks.size()) return "";
+  const int pp = stage_count(g), dp = std::max(1, replica_count(g));
+  if (dp == 1) return std::to_string(pp) + " pipeline stages of one rank each";
+  if (pp == 1) return std::to_string(dp) + " data-parallel replicas of one rank each";
+  return std::to_string(pp) + " pipeline stages of " + std::to_string(dp) + " replicas, one rank each";
+}
 
 // The top-level layer of draw site `site` ("attention0.core": 0), -1 when it names none.
 int layer_of_site(const std::string& site) {
@@ -156,6 +172,20 @@ std::string later_stage_draws(const RankGroupRun& g) {
                "): its chunks draw one generator in the interleaved order, the one-rank run layer after layer";
     }
   return "";
+}
+
+// Why a group of data-parallel replicas cannot draw what one rank draws: megatron seeds every
+// replica alike, so replica d's j-th microbatch draws what replica 0's j-th draws, where one rank
+// draws its microbatches in sequence from one generator. "" without replicas or draws.
+std::string replica_draws(const RankGroupRun& g) {
+  if (g.dp < 2) return "";
+  size_t drawn = 0;
+  for (const auto& mine : g.masks)
+    for (const RankMask& m : mine) drawn += m.pass == runtime::Phase::Forward;
+  if (drawn == 0) return "";
+  return std::to_string(drawn) + " draws on " + std::to_string(g.dp) +
+         " data-parallel replicas seeded alike: replica d's j-th microbatch draws what replica 0's j-th draws, a "
+         "one-rank run draws its microbatches in sequence: its gradients differ by design";
 }
 
 // megatron-core's non-interleaved 1F1B order of one stage (schedules.py
@@ -247,8 +277,7 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
   if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
   const RankGroupRun& g = *r.ranks;
   if (g.masks.size() < 2) return skipped(p, "one rank: nothing to compare across ranks");
-  if (one_rank_per_stage(g))
-    return skipped(p, std::to_string(g.masks.size()) + " pipeline stages of one rank each: no tensor-parallel region");
+  if (std::string cells = one_rank_cells(g); !cells.empty()) return skipped(p, cells + ": no tensor-parallel region");
   const auto tables = forward_table(g, /*inside=*/true);
   // with sequence parallelism every draw is per-rank: on the rank's heads or on its rows
   const std::string inside = g.sp ? "inside tensor-parallel regions or on sequence-parallel rows" : "inside tensor-parallel regions";
@@ -256,17 +285,17 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
   for (const auto& t : tables)
     for (const auto& [k, m] : t) keys.insert(k);
   if (keys.empty()) return skipped(p, "no dropout draw inside a tensor-parallel region");
-  // every rank of a stage that drew it (the stage's layers) drew it too
+  // every rank of a cell that drew it (the stage's layers, the replica's microbatches) drew it too
   std::map<MaskKey, uint64_t> numel;
   for (const MaskKey& k : keys) {
     std::set<int> have;
     for (size_t rank = 0; rank < tables.size(); ++rank)
       if (tables[rank].count(k)) {
-        have.insert(stage_of(g, rank));
+        have.insert(cell_of(g, rank));
         numel[k] = tables[rank].at(k)->numel;
       }
     for (size_t rank = 0; rank < tables.size(); ++rank)
-      if (have.count(stage_of(g, rank)) && !tables[rank].count(k))
+      if (have.count(cell_of(g, rank)) && !tables[rank].count(k))
         return bad(p, Disposition::Incorrect, where(k) + ": rank " + std::to_string(rank) + " made no such draw");
   }
   // how unlikely it is that every draw coincides on two ranks by chance; too likely: skipped
@@ -279,7 +308,7 @@ CheckResult tp_masks_differ_check(const RunResult& r) {
   std::optional<std::pair<double, std::string>> worst;
   for (size_t a = 0; a < tables.size(); ++a)
     for (size_t b = a + 1; b < tables.size(); ++b) {
-      if (stage_of(g, a) != stage_of(g, b)) continue;  // other layers, other seeds
+      if (cell_of(g, a) != cell_of(g, b)) continue;  // other layers, other seeds; or other data, seeded alike
       ++pairs;
       std::vector<MaskKey> same;
       for (const MaskKey& k : keys)
@@ -306,15 +335,15 @@ CheckResult outside_masks_equal_check(const RunResult& r) {
   if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
   const RankGroupRun& g = *r.ranks;
   if (g.masks.size() < 2) return skipped(p, "one rank: nothing to compare across ranks");
-  if (one_rank_per_stage(g))
-    return skipped(p, std::to_string(g.masks.size()) + " pipeline stages of one rank each: no two ranks run the same layers");
+  if (std::string cells = one_rank_cells(g); !cells.empty())
+    return skipped(p, cells + ": no two ranks run the same layers on the same data");
   const auto tables = forward_table(g, /*inside=*/false);
   bool any = false;
   for (const auto& t : tables) any = any || !t.empty();
   if (!any) return skipped(p, "no dropout draw outside the tensor-parallel regions");
   size_t compared = 0;
   for (size_t rank = 1; rank < tables.size(); ++rank) {
-    const size_t first = stage_first(g, rank);  // only ranks of one stage run the same layers
+    const size_t first = cell_first(g, rank);  // only ranks of one cell run the same layers on the same data
     if (first == rank) continue;
     const auto& ref = tables[first];
     compared += ref.size();
@@ -356,10 +385,14 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   if (inside_draws > 0)
     return skipped(p, std::to_string(inside_draws) + " draws inside tensor-parallel regions come from per-rank "
                       "generators, a one-rank run draws others: its gradients differ by design");
+  if (std::string why = replica_draws(g); !why.empty()) return skipped(p, why);
   // A pipeline group of tp 1 computes each layer whole on one stage, as one rank does: bitwise
-  // (tp inside the stages sums partial products in another order: the tolerance).
+  // (tp inside the stages sums partial products in another order, replicas sum their gradients in
+  // another order than one rank accumulates them: the tolerance).
   const bool pipeline = stage_count(g) > 1;
-  const bool bitwise = pipeline && g.tp == 1;
+  const bool bitwise = pipeline && g.tp == 1 && g.dp == 1;
+  // a microbatch's gradients are its replica's accumulation: one rank's up to it for replica 0's only
+  const size_t local = static_cast<size_t>(std::max(1, group.spec.microbatches / std::max(1, g.dp)));
   if (pipeline)
     if (std::string why = later_stage_draws(g); !why.empty()) return skipped(p, why);
   if (std::string t = twin_trouble("the one-rank twin", one); !t.empty()) return skipped(p, t);
@@ -416,7 +449,7 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
     const std::string st = std::to_string(y.step);
     if (x.microbatches.size() != y.microbatches.size() || x.grads.size() != y.grads.size() || x.params.size() != y.params.size())
       return bad(p, Disposition::Incorrect, "step " + st + ": the group's record has another shape than the one-rank run's");
-    for (size_t mb = 0; mb < y.microbatches.size(); ++mb)
+    for (size_t mb = 0; mb < y.microbatches.size() && mb < local; ++mb)
       for (size_t i = 0; i < y.microbatches[mb].grads.size() && i < x.microbatches[mb].grads.size(); ++i)
         if (auto c = compare(x.microbatches[mb].grads[i], y.microbatches[mb].grads[i],
                              "grad " + st + " " + std::to_string(mb) + " " + std::to_string(i)))
@@ -429,7 +462,7 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
   // parameters every rank holds whole: their gradients agree across ranks
   size_t replicated = 0;
   for (size_t rank = 1; rank < g.replicated_grads.size(); ++rank) {
-    const size_t first = stage_first(g, rank);  // against its stage's first rank: the same parameters
+    const size_t first = cell_first(g, rank);  // against its cell's first rank: the same parameters and data
     if (first == rank) continue;
     for (const auto& [name, r0] : g.replicated_grads[first]) {
       auto it = g.replicated_grads[rank].find(name);
@@ -451,6 +484,72 @@ CheckResult grads_match_one_rank_check(const RunResult& group, const Run& one) {
                        " replicated gradients equal across " + std::to_string(g.world) + " ranks");
 }
 
+CheckResult dp_grads_reduced_check(const RunResult& r) {
+  const char* p = "dp_grads_reduced";
+  if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
+  const RankGroupRun& g = *r.ranks;
+  if (g.dp < 2) return skipped(p, "no data-parallel replicas: nothing reduced across them");
+  if (r.failure) return skipped(p, "the group's run did not complete: " + r.failure->line());
+  const double tol = 2 * models::check::tolerance(r.spec.model);
+  const size_t world = g.replica_grads.size();
+  const int tp = std::max(1, g.tp);
+  auto members = [&](size_t rank) {  // the ranks of rank's data-parallel group, replica 0's first
+    std::vector<size_t> out;
+    for (size_t q = 0; q < world; ++q)
+      if (stage_of(g, q) == stage_of(g, rank) && static_cast<int>(q) % tp == static_cast<int>(rank) % tp) out.push_back(q);
+    return out;
+  };
+  size_t tensors = 0, elements = 0, sums = 0;
+  double worst = 0;
+  for (size_t rank = 0; rank < world; ++rank) {
+    const std::vector<size_t> group = members(rank);
+    const size_t peer = group.front();
+    for (const auto& [name, mine] : g.replica_grads[rank]) {
+      if (std::count(name.begin(), name.end(), ' ') != 2) continue;  // "grad <s> <i>": the step's gradient
+      if (peer != rank) {  // every replica applies the same sum
+        auto it = g.replica_grads[peer].find(name);
+        if (it == g.replica_grads[peer].end())
+          return bad(p, Disposition::Incorrect, "rank " + std::to_string(rank) + " (replica " + std::to_string(replica_of(g, rank)) +
+                                                    ") sent '" + name + " @" + std::to_string(rank) + "', rank " +
+                                                    std::to_string(peer) + " (replica 0) none");
+        ++tensors;
+        elements += mine.size();
+        if (mine.size() != it->second.size() || (mine.size() && std::memcmp(mine.data(), it->second.data(), mine.size() * sizeof(float)) != 0))
+          return bad(p, Disposition::Incorrect,
+                     "'" + name + "': rank " + std::to_string(rank) + " (replica " + std::to_string(replica_of(g, rank)) +
+                         ") applied another gradient than rank " + std::to_string(peer) + " (replica 0), relative L2 " +
+                         g2(relative_l2(mine, it->second)) + ": the replicas' gradients were not summed over them");
+        continue;
+      }
+      // the sum of the replicas' own accumulations (each its last microbatch's), in double
+      const std::string step = name.substr(5, name.rfind(' ') - 5), index = name.substr(name.rfind(' ') + 1);
+      std::vector<double> total(mine.size(), 0.0);
+      for (size_t q : group) {
+        const std::vector<float>* part = nullptr;
+        for (const auto& [other, v] : g.replica_grads[q])
+          if (std::count(other.begin(), other.end(), ' ') == 3 && other.rfind("grad " + step + " ", 0) == 0 &&
+              other.substr(other.rfind(' ') + 1) == index)
+            part = &v;
+        if (!part || part->size() != mine.size())
+          return bad(p, Disposition::Incorrect, "rank " + std::to_string(q) + " sent no microbatch gradient of '" + name + "'");
+        for (size_t i = 0; i < total.size(); ++i) total[i] += (*part)[i];
+      }
+      const std::vector<float> sum(total.begin(), total.end());
+      const double e = relative_l2(mine, sum);
+      ++sums;
+      worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+      if (!(e <= tol))
+        return bad(p, Disposition::Incorrect, "'" + name + "' on rank " + std::to_string(rank) + ": relative L2 error " + g2(e) +
+                                                  " > " + g2(tol) + " against the sum of its " + std::to_string(group.size()) +
+                                                  " replicas' own gradients");
+    }
+  }
+  if (sums == 0) return skipped(p, "no rank sent its step gradients");
+  return passed(p, std::to_string(tensors) + " step gradients (" + std::to_string(elements) + " elements) bitwise equal across " +
+                       std::to_string(g.dp) + " replicas; " + std::to_string(sums) + " within " + g2(tol) +
+                       " of the sum of the replicas' own (worst " + g2(worst) + ")");
+}
+
 CheckResult pp_schedule_1f1b_check(const RunResult& r) {
   const char* p = "pp_schedule_1f1b";
   if (!r.ranks) return skipped(p, "the observation has no ranks (not a rank group's)");
@@ -469,19 +568,24 @@ CheckResult pp_schedule_1f1b_check(const RunResult& r) {
         mbs.insert(e.microbatch);
         vps.insert(e.chunk);
       }
+      // a replica's microbatches are the step's d * k ..: judged as its 0 .. k - 1, in order
+      const std::vector<int> order(mbs.begin(), mbs.end());
+      std::vector<training::StageEvent> seen = got;
+      for (auto& e : seen)
+        e.microbatch = static_cast<int>(std::lower_bound(order.begin(), order.end(), e.microbatch) - order.begin());
       const int stage = stage_of(g, rank), vp = static_cast<int>(vps.size()), m = static_cast<int>(mbs.size());
       chunks = std::max(chunks, vp);
       const auto want = vp > 1 ? interleaved(pp, stage, m, vp) : one_f_one_b(pp, stage, m);
       ++schedules;
       events += got.size();
-      if (got != want) {
+      if (seen != want) {
         size_t i = 0;
-        while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+        while (i < seen.size() && i < want.size() && seen[i] == want[i]) ++i;
         return bad(p, Disposition::Incorrect,
                    "step " + std::to_string(step) + " rank " + std::to_string(rank) + " (stage " + std::to_string(stage) +
                        " of " + std::to_string(pp) + ", " + std::to_string(m) + " microbatches" +
                        (vp > 1 ? ", " + std::to_string(vp) + " model chunks" : "") + "): event " + std::to_string(i) +
-                       " was the " + event_name(got, i, vp) + ", " + (vp > 1 ? "interleaved 1F1B" : "1F1B") + " runs the " +
+                       " was the " + event_name(seen, i, vp) + ", " + (vp > 1 ? "interleaved 1F1B" : "1F1B") + " runs the " +
                        event_name(want, i, vp));
       }
     }
@@ -582,7 +686,8 @@ Oracle grads_match_one_rank_oracle() {
              // skipped before the twin runs when draws inside regions (or a failed run) make it void
              const auto inside = forward_table(*runs.main().ranks, /*inside=*/true);
              const bool later = stage_count(*runs.main().ranks) > 1 && !later_stage_draws(*runs.main().ranks).empty();
-             if (runs.main().failure || later || (!inside.empty() && !inside[0].empty()))
+             const bool replicas = !replica_draws(*runs.main().ranks).empty();
+             if (runs.main().failure || later || replicas || (!inside.empty() && !inside[0].empty()))
                return grads_match_one_rank_check(runs.main(), Run{});
              return grads_match_one_rank_check(runs.main(), runs.one_rank_twin());
            }};
@@ -597,6 +702,14 @@ namespace recap::properties {
 Oracle pp_schedule_1f1b_oracle() {
   Oracle o{"pp_schedule_1f1b", "every pipeline stage ran its forwards and backwards in megatron-core's 1F1B order",
            [](Runs& runs) { return judge_group<pp_schedule_1f1b_check>(runs, "pp_schedule_1f1b"); }};
+  o.ranks_only = true;
+  return o;
+}
+
+Oracle dp_grads_reduced_oracle() {
+  Oracle o{"dp_grads_reduced",
+           "data-parallel replicas apply equal step gradients, the sum of the replicas' own (within the tolerance)",
+           [](Runs& runs) { return judge_group<dp_grads_reduced_check>(runs, "dp_grads_reduced"); }};
   o.ranks_only = true;
   return o;
 }

@@ -161,7 +161,7 @@ CheckResult judge_other_system(Runs& runs) {
       params[q->name] = models::reference::Vec(v.begin(), v.end());
     }
   }
-  CheckResult c = fp64_microbatch_check(p, spec, r.param_names, params, r.steps[0], "the initial parameters");
+  CheckResult c = fp64_replicas_check(p, spec, r.param_names, params, r.steps[0], "the initial parameters");
   runs.report().timings["reference_ms"] = ms_since(t0);
   return c;
 }

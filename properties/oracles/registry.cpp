@@ -11,7 +11,8 @@ const std::vector<Oracle>& oracles() {
                                           training_oracle(),      hygiene_oracle(),          differential_oracle(),
                                           rank_recompute_equal_oracle(), tp_masks_differ_oracle(),
                                           outside_masks_equal_oracle(),  grads_match_one_rank_oracle(),
-                                          pp_schedule_1f1b_oracle(),     pp_stage_masks_differ_oracle()};
+                                          pp_schedule_1f1b_oracle(),     pp_stage_masks_differ_oracle(),
+                                          dp_grads_reduced_oracle()};
   return all;
 }
 

@@ -221,6 +221,7 @@ const Run& Runs::one_rank_twin() {
   one.tp = 1;
   one.pp = 1;
   one.vp = 1;
+  one.dp = 1;
   one.sp = false;
   return twin(one_rank_, one, "one_rank_twin");
 }

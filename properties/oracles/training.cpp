@@ -28,15 +28,17 @@ bool masks_sent(const training::StepRecord& step) {
 
 CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec& spec,
                                   const std::vector<std::string>& names, const models::reference::Params& params,
-                                  const training::StepRecord& step, const std::string& from) {
+                                  const training::StepRecord& step, const std::string& from, int microbatch) {
   namespace mc = models::check;
   const int s = step.step;
-  const std::string at = "step " + std::to_string(s) + ", microbatch 0";
-  if (step.microbatches.empty()) return bad(property, Disposition::Incorrect, at + ": the run recorded no microbatch gradients");
+  const std::string at = "step " + std::to_string(s) + ", microbatch " + std::to_string(microbatch);
+  if (step.microbatches.size() <= static_cast<size_t>(microbatch))
+    return bad(property, Disposition::Incorrect, at + ": the run recorded no such microbatch's gradients");
   std::vector<bool> used;
   std::vector<std::string> problems;
-  const models::reference::MaskFn masks = mc::ledger_masks(step.ledger, &used, &problems, /*microbatch=*/0);
-  const std::vector<float> x = training::step_data(spec, s, 0, 0), target = training::step_data(spec, s, 0, 1);
+  const models::reference::MaskFn masks = mc::ledger_masks(step.ledger, &used, &problems, microbatch);
+  const std::vector<float> x = training::step_data(spec, s, microbatch, 0),
+                           target = training::step_data(spec, s, microbatch, 1);
   models::reference::Params grads;
   try {
     models::reference::RefModel ref(spec.model, params);
@@ -53,10 +55,10 @@ CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec
   const double tol = mc::tolerance(spec.model);
   Divergence worst;
   worst.step = s;
-  worst.microbatch = 0;
+  worst.microbatch = microbatch;
   worst.tolerance = tol;
   double worst_err = -1.0;
-  const auto& got = step.microbatches[0].grads;
+  const auto& got = step.microbatches[static_cast<size_t>(microbatch)].grads;
   size_t compared = 0;
   for (size_t i = 0; i < names.size() && i < got.size(); ++i) {
     const auto it = grads.find(names[i]);
@@ -85,6 +87,21 @@ CheckResult fp64_microbatch_check(const char* property, const training::CaseSpec
   return c;
 }
 
+CheckResult fp64_replicas_check(const char* property, const training::CaseSpec& spec, const std::vector<std::string>& names,
+                                const models::reference::Params& params, const training::StepRecord& step,
+                                const std::string& from) {
+  CheckResult c = fp64_microbatch_check(property, spec, names, params, step, from, 0);
+  const int per = spec.microbatches / std::max(1, spec.dp);
+  for (int d = 1; d < spec.dp && per > 0 && c.disposition == Disposition::Passed; ++d) {
+    CheckResult more = fp64_microbatch_check(property, spec, names, params, step, from, d * per);
+    if (more.disposition != Disposition::Passed) return more;
+    const size_t colon = more.evidence.find(": ");  // after "step s, microbatch m"
+    c.evidence += "; replica " + std::to_string(d) + "'s first (microbatch " + std::to_string(d * per) + "): " +
+                  (colon == std::string::npos ? more.evidence : more.evidence.substr(colon + 2));
+  }
+  return c;
+}
+
 namespace {
 
 CheckResult judge(Runs& runs) {
@@ -106,7 +123,7 @@ CheckResult judge(Runs& runs) {
   models::reference::Params params;
   for (size_t i = 0; i < r.param_names.size(); ++i)
     params[r.param_names[i]] = models::reference::Vec(before.params[i].begin(), before.params[i].end());
-  CheckResult c = fp64_microbatch_check(p, spec, r.param_names, params, step, "the parameters after step 0");
+  CheckResult c = fp64_replicas_check(p, spec, r.param_names, params, step, "the parameters after step 0");
   runs.report().timings["training_ms"] = ms_since(t0);
   return c;
 }
@@ -115,7 +132,7 @@ CheckResult judge(Runs& runs) {
 
 Oracle training_oracle() {
   return {"training",
-          "step 1's gradients (microbatch 0) against the fp64 reference from the parameters after step 0 and step 1's "
+          "step 1's gradients (microbatch 0; with replicas, each replica's first) against the fp64 reference from the parameters after step 0 and step 1's "
           "data and masks: the training loop (zeroing, update) tied to the math",
           judge, /*reads_masks=*/true};
 }

@@ -1106,6 +1106,35 @@ sut_torch_vp_faults)
     pp-schedule-gpipe:pp_schedule_1f1b:grads pp-stage-seed-shared:pp_stage_masks_differ:masks pp-send-stale:training:masks
   expect pp-schedule-gpipe.txt "event 1 was the forward of microbatch 0 on chunk 1, interleaved 1F1B runs the forward of microbatch 1 on chunk 0" "gpipe: where"
   ;;
+sut_torch_dp_faults)
+  # Data-parallel replicas (issue 22) on the CPU (gloo), 4 ranks each: tp 2 on dp 2 replicas and
+  # pp 2 stages on dp 2 replicas. Replica d runs the step's microbatches 2d and 2d + 1; the replicas
+  # sum their gradients before the update. Clean: the gradients equal a one-rank run's within the
+  # tolerance, every replica applies the same sum (bitwise), and the fp64 oracles judge each
+  # replica's first microbatch; tp2-dp2-masks (dropout inside and outside the regions) draws apart
+  # inside each replica's tensor-parallel group and alike outside, and the one-rank comparison is
+  # skipped naming why (per-rank generators; dp2-masks, dp 2 of one rank each with dropout outside
+  # any region: the replicas are seeded alike). Each planted fault is caught where the clean
+  # run passed: dp-grad-not-reduced (dp_grads_reduced, and the fp64 training check on replica 1's
+  # microbatch), dp-data-same (every replica reads replica 0's microbatches: the fp64 reference on
+  # replica 1's first microbatch, with dropout as without).
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  tpdp="$src/tests/cli/data/tp2-dp2-grads.json"; ppdp="$src/tests/cli/data/pp2-dp2-grads.json"
+  masks="$src/tests/cli/data/tp2-dp2-masks.json"; dpmasks="$src/tests/cli/data/dp2-masks.json"
+  clean_replay "$tpdp" "$ppdp" "$masks" "$dpmasks"
+  expect clean.txt "grads_match_one_rank  passed: 264 tensors (21408 elements) within 2e-05 of the one-rank run" "tp dp: within the tolerance"
+  expect clean.txt "dp_grads_reduced      passed: 132 step gradients (5544 elements) bitwise equal across 2 replicas; 132 within 2e-05 of the sum of the replicas' own" "tp dp: reduced"
+  expect clean.txt "pp_schedule_1f1b      passed: 12 stage schedules (48 events) are 1F1B over 2 stages" "pp dp: each replica 1F1B"
+  expect clean.txt "grads_match_one_rank  skipped: 6 draws on 2 data-parallel replicas seeded alike" "dp masks: grads skipped with the reason"
+  expect clean.txt "tp_masks_differ       passed: 6 draws inside tensor-parallel regions differ across 4 ranks" "masks: apart inside"
+  expect clean.txt "replica 1's first (microbatch 1)" "masks: the fp64 reference on replica 1's microbatch"
+  [ "$(grep -Ec "^  dp_grads_reduced +passed" clean.txt)" = 4 ] || fail "clean: dp_grads_reduced did not pass on every file"
+  validate_report clean.json
+  all="grads_match_one_rank,dp_grads_reduced,tp_masks_differ,outside_masks_equal,reference,training"
+  rank_faults_caught "$all" dp-grad-not-reduced:dp_grads_reduced,training:tpdp dp-data-same:grads_match_one_rank,reference:ppdp \
+    dp-data-same:reference:masks dp-data-same:reference:dpmasks
+  ;;
 sut_torch_ranks_shrink_world)
   # --ranks 4 starts groups of 2 and 4 ranks (every divisor above 1) beside the one-rank worker, so
   # that a failure shrinks to the smallest group that still fails. tp-seed-shared needs only a

@@ -496,14 +496,15 @@ TEST(Dispositions, NamesAndOrder) {
                                           "memory",        "reference",        "training",         "hygiene",
                                           "differential", "rank_recompute_equal", "tp_masks_differ",
                                           "outside_masks_equal", "grads_match_one_rank", "pp_schedule_1f1b",
-                                          "pp_stage_masks_differ"};
+                                          "pp_stage_masks_differ", "dp_grads_reduced"};
   EXPECT_EQ(property_names(), order);
   // differential is judged only when asked for (--differential OTHER); the cross-rank ones only
   // with a rank group (--ranks N); the others by default
   for (const auto& p : order) {
     EXPECT_EQ(opt_in_property(p), p == "differential") << p;
     EXPECT_EQ(ranks_property(p), p == "rank_recompute_equal" || p == "tp_masks_differ" || p == "outside_masks_equal" ||
-                                     p == "grads_match_one_rank" || p == "pp_schedule_1f1b" || p == "pp_stage_masks_differ")
+                                     p == "grads_match_one_rank" || p == "pp_schedule_1f1b" || p == "pp_stage_masks_differ" ||
+                                     p == "dp_grads_reduced")
         << p;
   }
 }

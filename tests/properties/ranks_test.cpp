@@ -814,5 +814,129 @@ TEST(Ranks, GeneratorsDrawVirtualStagesFromAGroupThatRunsThem) {
     EXPECT_EQ(plain(rc::Random(static_cast<uint64_t>(i) * 31 + 1), rc::kNominalSize).value().vp, 1);
 }
 
+// dp 2 replicas of one rank each (tp 1), one parameter of 4 values, one step of two microbatches:
+// replica d ran microbatch d. Each rank sends its own accumulation `grad 0 d 0 @d` and the step
+// gradient it applied, `grad 0 0 @d`; `draws`: each replica draws an mlp mask for its microbatch.
+struct DpObservation {
+  std::vector<float> own[2] = {{1.0f, 2.0f, 3.0f, 4.0f}, {0.5f, 0.25f, -1.0f, 2.0f}};
+  std::vector<float> applied[2] = {{1.5f, 2.25f, 2.0f, 6.0f}, {1.5f, 2.25f, 2.0f, 6.0f}};
+  bool draws = false;
+  sut::Message message() const {
+    sut::Message m;
+    Json rows = Json::array(), all = Json::array();
+    for (int r = 0; r < 2; ++r) {
+      Json masks = Json::array();
+      if (draws)
+        masks.push_back({{"layer", "mlp0.dropout"}, {"op", "dropout"}, {"microbatch", r}, {"pass", "forward"},
+                         {"numel", 64}, {"digest", "00000000000000c0"}, {"index", 0}});
+      for (const Json& x : masks) all.push_back(x);
+      rows.push_back({{"rank", r}, {"losses", r ? Json::array({nullptr, 0.5}) : Json::array({0.5, nullptr})}, {"masks", masks}});
+    }
+    Json step = {{"step", 0}, {"phase", "eager"}, {"losses", {0.5, 0.5}}, {"ms", 1.0}, {"masks", all}, {"ranks", rows}};
+    m.header = {{"op", "observation"}, {"id", 1}, {"status", "ok"}, {"reason", ""}, {"param_names", {"p0"}},
+                {"steps", Json::array({step})}};
+    m.header["ranks"] = {{"world", 2}, {"tp", 1}, {"dp", 2}, {"replicas", {0, 1}}, {"backend", "gloo"},
+                         {"tp_sites", Json::array()}, {"shards", {{{"param", 0}, {"dim", nullptr}, {"ranges", Json::array()}}}}};
+    m.frames.push_back(sut::f32_frame("grad 0 0 0", own[0], {4}));
+    m.frames.push_back(sut::f32_frame("grad 0 1 0", own[1], {4}));
+    m.frames.push_back(sut::f32_frame("grad 0 0", applied[0], {4}));
+    m.frames.push_back(sut::f32_frame("param 0 0", applied[0], {4}));
+    for (int r = 0; r < 2; ++r) {
+      const std::string at = " @" + std::to_string(r);
+      m.frames.push_back(sut::f32_frame("grad 0 " + std::to_string(r) + " 0" + at, own[r], {4}));
+      m.frames.push_back(sut::f32_frame("grad 0 0" + at, applied[r], {4}));
+    }
+    return m;
+  }
+  training::RunResult result() const {
+    CaseSpec s = pp_case();
+    s.pp = 1;
+    s.dp = 2;
+    s.model.layers.resize(1);
+    s.model.layers[0].kind = "mlp";
+    s.layers.resize(1);
+    return sut::run_result_of(message(), s);
+  }
+};
+
+TEST(Ranks, ReplicasApplyTheSumOfTheirOwnGradients) {  // planted: dp-grad-not-reduced
+  const training::RunResult r = DpObservation{}.result();
+  ASSERT_TRUE(r.ranks.has_value());
+  EXPECT_EQ(r.ranks->dp, 2);
+  EXPECT_EQ(r.ranks->replicas, (std::vector<int>{0, 1}));
+  CheckResult c = dp_grads_reduced_check(r);
+  EXPECT_EQ(c.disposition, Disposition::Passed) << c.reason;
+  EXPECT_EQ(c.evidence, "1 step gradients (4 elements) bitwise equal across 2 replicas; 1 within 2e-05 of the sum of the "
+                        "replicas' own (worst 0)");
+  // replica 1 applied its own accumulation: not what replica 0 applied
+  DpObservation o;
+  o.applied[1] = o.own[1];
+  c = dp_grads_reduced_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_NE(c.reason.find("'grad 0 0': rank 1 (replica 1) applied another gradient than rank 0 (replica 0)"), std::string::npos)
+      << c.reason;
+  // both applied replica 0's own: equal, but not the sum
+  o.applied[0] = o.applied[1] = o.own[0];
+  c = dp_grads_reduced_check(o.result());
+  EXPECT_EQ(c.disposition, Disposition::Incorrect);
+  EXPECT_NE(c.reason.find("against the sum of its 2 replicas' own gradients"), std::string::npos) << c.reason;
+  // without replicas there is nothing to judge
+  EXPECT_EQ(dp_grads_reduced_check(PpObservation{}.result()).disposition, Disposition::Skipped);
+}
+
+TEST(Ranks, ReplicasOfOneRankHaveNoRegionAndDrawAlike) {
+  DpObservation o;
+  o.draws = true;
+  const training::RunResult r = o.result();
+  CheckResult c = tp_masks_differ_check(r);
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason, "2 data-parallel replicas of one rank each: no tensor-parallel region");
+  EXPECT_EQ(outside_masks_equal_check(r).disposition, Disposition::Skipped);
+  // the replicas draw alike, one rank in sequence: the one-rank comparison is void, with the reason
+  c = grads_match_one_rank_check(r, properties::Run{});
+  EXPECT_EQ(c.disposition, Disposition::Skipped);
+  EXPECT_EQ(c.reason.rfind("2 draws on 2 data-parallel replicas seeded alike", 0), 0u) << c.reason;
+  // each microbatch's mask is its replica's rank's (mask_frames): microbatch 1's from rank 1
+  EXPECT_EQ(r.steps.at(0).ledger.size(), 2u);
+}
+
+TEST(Ranks, GeneratorsDrawDataParallelReplicasFromGroupsThatRunThem) {
+  GenConfig group;
+  group.caps.tp = {2, 4};
+  group.caps.pp = {2, 4};
+  group.caps.dp = {2, 4};
+  group.caps.worlds = {2, 4};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  int dp = 0, one_rank_dp = 0, shrunk = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto s = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 11), rc::kNominalSize);
+    const CaseSpec b = s.value();
+    EXPECT_TRUE(b.ranks() == 1 || b.ranks() == 2 || b.ranks() == 4) << b.parallel_dims();
+    if (b.dp == 1) continue;
+    ++dp;
+    one_rank_dp += b.tp == 1 && b.pp == 1;
+    EXPECT_EQ(b.microbatches % (b.dp * (b.vp > 1 ? b.pp : 1)), 0);
+    EXPECT_TRUE(b.order.empty());
+    EXPECT_EQ(b.executor, training::ExecutorKind::Eager);
+    EXPECT_EQ(training::validate(b), "");
+    bool none = false;  // the dp draw shrinks toward none
+    for (auto seq = s.shrinks(); auto c = seq.next();)
+      if (c->value().dp == 1) {
+        none = true;
+        break;
+      }
+    shrunk += none;
+  }
+  EXPECT_GT(dp, 30);
+  EXPECT_GT(one_rank_dp, 5);
+  EXPECT_EQ(shrunk, dp);
+  GenConfig without = group;
+  without.caps.dp.clear();
+  const auto plain = gen_case(without);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(plain(rc::Random(static_cast<uint64_t>(i) * 31 + 1), rc::kNominalSize).value().dp, 1);
+}
+
 }  // namespace
 }  // namespace recap::properties

@@ -229,5 +229,27 @@ TEST(Spec, VirtualPipelineStages) {
   EXPECT_NE(unmodelled(b), "");  // a rank group runs it
 }
 
+TEST(Spec, DataParallelReplicas) {
+  CaseSpec a = acceptance_spec(ExecutorKind::Eager);
+  EXPECT_EQ(a.dp, 1);
+  EXPECT_FALSE(case_to_json(a).contains("dp"));  // absent at 1: files without it are unchanged
+  a.tp = 2;
+  a.dp = 4;
+  Json j = case_to_json(a);
+  EXPECT_EQ(j["dp"], 4);
+  CaseSpec b;
+  ASSERT_EQ(case_from_json(j, &b), "");
+  EXPECT_EQ(b.dp, 4);
+  EXPECT_EQ(b.ranks(), 8);
+  EXPECT_EQ(b.parallel_dims(), "tp 2 dp 4");
+  const std::string layers = R"("layers": [{"kind": "linear"}])";
+  EXPECT_EQ(error_of("{" + layers + R"(, "dp": 0})"), "dp must be in [1, 64], got 0");
+  EXPECT_EQ(error_of("{" + layers + R"(, "dp": 65})"), "dp must be in [1, 64], got 65");
+  EXPECT_EQ(error_of("{" + layers + R"(, "dp": 8, "tp": 4, "pp": 4})"), "dp 8 with tp 4 and pp 4: 128 ranks, at most 64");
+  EXPECT_EQ(unmodelled(b), "tp 2 dp 4: recap's runtime runs one rank (a rank group runs it: --sut torch --ranks 8)");
+  b.tp = 1;
+  EXPECT_EQ(unmodelled(b), "dp 4: recap's runtime runs one rank (a rank group runs it: --sut torch --ranks 4)");
+}
+
 }  // namespace
 }  // namespace recap::training

@@ -35,6 +35,10 @@ module constant where a fault could act. A bad value is refused at start-up (exi
   sp-grad-not-reduced  with sequence parallelism, the gradients of parameters every rank holds whole
                        (norms, row-parallel biases) are not summed over the group: each rank keeps its
                        rows' part (ranks_check.grads_match_one_rank).
+  dp-grad-not-reduced  data-parallel replicas skip the all-reduce of their gradients before the update: each
+                       applies its own microbatches' sum (ranks_check.dp_grads_reduced, grads_match_one_rank).
+  dp-data-same         every data-parallel replica runs replica 0's microbatches (a data loader that ignores
+                       the data-parallel rank): the step sums one shard dp times (grads_match_one_rank).
   kill-rank            the last rank SIGKILLs itself in its first forward, after its first layer (of its
                        stage, with pp): the leader must answer with one line naming the rank, and the
                        group exit.
@@ -47,7 +51,7 @@ from typing import Tuple
 
 KINDS = ("tp-seed-shared", "tp-recompute-stale", "dp-seed-per-rank", "tp-grad-not-reduced", "pp-stage-seed-shared",
          "pp-send-stale", "pp-schedule-gpipe", "vp-chunk-layers-contiguous",
-         "sp-block-no-fork", "sp-grad-not-reduced", "kill-rank")
+         "sp-block-no-fork", "sp-grad-not-reduced", "dp-grad-not-reduced", "dp-data-same", "kill-rank")
 ENV = "RECAP_RANK_FAULT"
 
 

@@ -153,10 +153,13 @@ class GroupSUT:
         pp = header.get("pp", 1)
         if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
             raise RequestError(f"pp: expected a positive integer, got {pp!r}")
-        tp = header.get("tp", self.world // pp if self.world % pp == 0 else self.world)
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp * pp != self.world:
-            raise RequestError(f"tp {tp!r} with pp {pp}: this rank group of {self.world} ranks (its --ranks) runs "
-                               "tp * pp == its ranks")
+        dp = header.get("dp", 1)
+        if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+            raise RequestError(f"dp: expected a positive integer, got {dp!r}")
+        tp = header.get("tp", self.world // (pp * dp) if self.world % (pp * dp) == 0 else self.world)
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp * pp * dp != self.world:
+            raise RequestError(f"tp {tp!r} with pp {pp} and dp {dp}: this rank group of {self.world} ranks (its "
+                               "--ranks) runs tp * pp * dp == its ranks")
         data = encode_message(header, frames)
         for r, ch in enumerate(self.group.children, start=1):
             try:
@@ -246,7 +249,7 @@ class GroupSUT:
 
 # -- the gathered observation --
 
-RANK_KEYS = ("rank_shards", "rank_tp_sites", "rank_pp", "rank_sp")
+RANK_KEYS = ("rank_shards", "rank_tp_sites", "rank_pp", "rank_sp", "rank_dp")
 
 
 def _tensor(f: Frame) -> torch.Tensor:
@@ -309,16 +312,70 @@ def _no_nan(losses: List[Any]) -> List[Any]:
     return [None if isinstance(x, float) and x != x else x for x in losses]
 
 
+def globalize(h: Dict[str, Any], frames: List[Frame]) -> Tuple[Dict[str, Any], List[Frame]]:
+    """A data-parallel replica's reply (its `rank_dp`) with its microbatches numbered as the step's:
+    local microbatch j of replica d is the step's d * k + j (k = its microbatches). Its losses list
+    the step's M microbatches, null where another replica ran them; its masks, schedule events and
+    frame names carry the step's numbers. A reply without `rank_dp` is returned as it is."""
+    dpi = h.get("rank_dp")
+    if not dpi:
+        return h, frames
+    k, d, dp = int(dpi["microbatches"]), int(dpi["replica"]), int(dpi["dp"])
+    off = d * k
+    h = dict(h)
+    steps = []
+    for st in h.get("steps", []):
+        st = dict(st)
+        losses: List[Any] = [None] * (k * dp)
+        for j, x in enumerate(st.get("losses", [])):
+            losses[off + j] = x
+        st["losses"] = losses
+        st["masks"] = [dict(m, microbatch=int(m["microbatch"]) + off) for m in st.get("masks", [])]
+        steps.append(st)
+    h["steps"] = steps
+    if "rank_pp" in h:
+        pp = dict(h["rank_pp"])
+        pp["schedule"] = {step: [[e[0], int(e[1]) + off] + list(e[2:]) for e in events]
+                          for step, events in pp.get("schedule", {}).items()}
+        h["rank_pp"] = pp
+    out = []
+    for f in frames:
+        w = f.name.split(" ")
+        if (w[0] == "grad" and len(w) == 4) or w[0] == "mask":  # grad s j i, mask s j pass layer op index
+            w[2] = str(int(w[2]) + off)
+            f = Frame(" ".join(w), f.dtype, f.shape, f.data)
+        out.append(f)
+    return h, out
+
+
+def _microbatches(fr: Dict[str, Frame], s: int) -> List[int]:
+    """The microbatches of step s whose gradients a rank sent."""
+    return sorted({int(name.split()[2]) for name in fr if name.startswith(f"grad {s} ") and len(name.split()) == 4})
+
+
+def _losses(hs: List[Dict[str, Any]], ranks: List[int], k: int) -> List[Any]:
+    """Step k's losses of the step's microbatches, each from the first of `ranks` that computed it."""
+    out: List[Any] = []
+    for r in ranks:
+        for m, x in enumerate(hs[r]["steps"][k].get("losses", [])):
+            if m >= len(out):
+                out.append(None)
+            if out[m] is None and x is not None and not (isinstance(x, float) and x != x):
+                out[m] = x
+    return [float("nan") if x is None else x for x in out]
+
+
 def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, Frame]],
-             shapes: List[Tuple[int, ...]]) -> Tuple[Dict[str, Any], List[Frame]]:
-    """A pipeline group's observation (PROTOCOL.md, "Rank groups"): rank r ran stage r // tp's
-    layers (tp 1: stage r's), of each of its vp model chunks. `ranks` adds pp, vp, stages (every
+             shapes: List[Tuple[int, ...]], reps: List[int]) -> Tuple[Dict[str, Any], List[Frame]]:
+    """A pipeline group's observation (PROTOCOL.md, "Rank groups"): rank r ran stage r // (tp * dp)'s
+    layers (tp 1, dp 1: stage r's), of each of its vp model chunks. `ranks` adds pp, vp, stages (every
     rank's stage) and stage_layers (every virtual stage's, chunk * pp + stage, as its ranks built it); the
-    step's masks are every stage's in stage order (each layer's from the stage's first rank) and
-    its losses the last stage's; every rank row has its own masks, losses (null where the stage
+    step's masks are every replica's stages' in stage order (each layer's from the stage's first rank)
+    and its losses the last stages'; every rank row has its own masks, losses (null where the stage
     computes none) and schedule (its forward and backward events in the order they ran); each
     parameter's full frames are assembled from its stage's ranks' shards (tp 1: the stage's rank's),
-    and a rank sends `@<r>` gradient frames of its stage's parameters only."""
+    a microbatch's from its replica's, and a rank sends `@<r>` gradient frames of its stage's
+    parameters only."""
     world = len(hs)
     pps = [h.get("rank_pp") or {} for h in hs]
     r0 = pps[0]
@@ -329,27 +386,28 @@ def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, 
         for chunk, span in enumerate(p.get("chunk_layers", [])):
             if 0 <= chunk * pp + stage < pp * vp:
                 stage_layers[chunk * pp + stage] = span
-    owners: Dict[int, List[int]] = {}  # per parameter: its stage's ranks, in tensor-parallel rank order
+    owners: Dict[Tuple[int, int], List[int]] = {}  # per (parameter, replica): its stage's ranks, in tp rank order
     for r, p in enumerate(pps):
         for i in p.get("params", []):
-            owners.setdefault(int(i), []).append(r)
+            owners.setdefault((int(i), reps[r]), []).append(r)
     shards = hs[0].get("rank_shards") or [{"param": i, "dim": None, "ranges": []} for i in range(len(shapes))]
     by_param = {e["param"]: e for e in shards}
     base["ranks"].update({"tp": tp, "pp": pp, "vp": vp, "stages": stages, "stage_layers": stage_layers,
                           "shards": shards})
     _statuses(base, hs)
-    last = max(range(world), key=lambda r: stages[r])
+    last = [max((r for r in range(world) if reps[r] == d), key=lambda r: stages[r]) for d in sorted(set(reps))]
     n = min(len(h.get("steps", [])) for h in hs)
     steps = []
     out: List[Frame] = []
-    by_stage = sorted((r for r in range(world) if r % tp == 0), key=lambda r: stages[r])
+    by_stage = sorted((r for r in range(world) if r % tp == 0), key=lambda r: (reps[r], stages[r]))
 
-    def full(i: int, name: str) -> Frame:
-        rs = owners.get(i, [0])
+    def full(i: int, name: str, d: int) -> Frame:
+        rs = owners.get((i, d), [0])
         return assemble([fr[r][name] for r in rs], by_param.get(i, {"dim": None}), shapes[i], name)
 
     for k in range(n):
-        st = dict(hs[last]["steps"][k])
+        st = dict(hs[last[0]]["steps"][k])
+        st["losses"] = _losses(hs, last, k)
         st["masks"] = [m for r in by_stage for m in hs[r]["steps"][k]["masks"]]
         s = st["step"]
         st["ranks"] = [{"rank": r, "stage": stages[r], "losses": _no_nan(hs[r]["steps"][k]["losses"]),
@@ -357,27 +415,34 @@ def merge_pp(base: Dict[str, Any], hs: List[Dict[str, Any]], fr: List[Dict[str, 
                         "schedule": [list(e) for e in _events(pps[r], s)]}
                        for r in range(world)]
         steps.append(st)
-        mbs = sorted({int(name.split()[2]) for name in fr[0] if name.startswith(f"grad {s} ") and len(name.split()) == 4})
-        for m in mbs:
+        mine = [_microbatches(fr[r], s) for r in range(world)]
+        replica_of = {m: reps[r] for r in range(world) for m in mine[r]}
+        for m in sorted(replica_of):
             for i in range(len(shapes)):
-                out.append(full(i, f"grad {s} {m} {i}"))
+                out.append(full(i, f"grad {s} {m} {i}", replica_of[m]))
         for what in ("grad", "param"):
             for i in range(len(shapes)):
                 name = f"{what} {s} {i}"
                 if name in fr[0]:
-                    out.append(full(i, name))
+                    out.append(full(i, name, 0))
         for r in range(world):
-            out += _own_frames(fr[r], r, s, mbs, [int(i) for i in pps[r].get("params", [])])
+            out += _own_frames(fr[r], r, s, mine[r], [int(i) for i in pps[r].get("params", [])], reps != [0] * world)
     base["steps"] = steps
     return base, out
 
 
-def _own_frames(fr: Dict[str, Frame], r: int, s: int, mbs: List[int], params: List[int]) -> List[Frame]:
-    """Rank r's own per-microbatch gradients of params and its masks of step s, named ` @<r>`."""
+def _own_frames(fr: Dict[str, Frame], r: int, s: int, mbs: List[int], params: List[int],
+                reduced: bool = False) -> List[Frame]:
+    """Rank r's own per-microbatch gradients of params and its masks of step s, named ` @<r>`; with
+    data-parallel replicas (`reduced`) also its step gradients, summed over its replicas."""
     out = []
     for m in mbs:
         for i in params:
             f = fr[f"grad {s} {m} {i}"]
+            out.append(Frame(f"{f.name} @{r}", f.dtype, f.shape, f.data))
+    if reduced:
+        for i in params:
+            f = fr[f"grad {s} {i}"]
             out.append(Frame(f"{f.name} @{r}", f.dtype, f.shape, f.data))
     for name, f in fr.items():
         if name.startswith(f"mask {s} "):
@@ -395,43 +460,56 @@ def _failure_key(h: Dict[str, Any]) -> Any:
 def merge(replies: List[Tuple[Dict[str, Any], List[Frame]]], shapes: List[Tuple[int, ...]],
           backend: str) -> Tuple[Dict[str, Any], List[Frame]]:
     """One observation of the group from every rank's (PROTOCOL.md, "Rank groups"): rank 0's
-    header, `ranks` (world, shards, tp_sites), `steps[].ranks` (every rank's losses and masks),
-    full-shape gradient and parameter frames assembled from the shards, and every rank's own
+    header, `ranks` (world, shards, tp_sites; with dp replicas dp and every rank's replica),
+    `steps[].ranks` (every rank's losses and masks), full-shape gradient and parameter frames
+    assembled from the shards (a microbatch's from the ranks of its replica), and every rank's own
     gradient and mask frames named with ` @<rank>`."""
     world = len(replies)
+    replies = [globalize(h, frames) for h, frames in replies]
     hs = [h for h, _ in replies]
     fr = [{f.name: f for f in frames} for _, frames in replies]
+    reps = [int((h.get("rank_dp") or {}).get("replica", 0)) for h in hs]
+    dp = int((hs[0].get("rank_dp") or {}).get("dp", 1))
     base = {k: v for k, v in hs[0].items() if k not in RANK_KEYS and k != "frames"}
     shards = hs[0].get("rank_shards", [])
-    base["ranks"] = {"world": world, "tp": world, "backend": backend, "shards": shards,
+    base["ranks"] = {"world": world, "tp": world // dp, "backend": backend, "shards": shards,
                      "tp_sites": list(hs[0].get("rank_tp_sites", []))}
+    if dp > 1:
+        base["ranks"].update({"dp": dp, "replicas": reps})
     if hs[0].get("rank_sp"):
         base["ranks"]["sp"] = True
     if any("rank_pp" in h for h in hs):
-        return merge_pp(base, hs, fr, shapes)
+        return merge_pp(base, hs, fr, shapes, reps)
     _statuses(base, hs)
     n = min(len(h.get("steps", [])) for h in hs)
     steps = []
     out: List[Frame] = []
     by_param = {e["param"]: e for e in shards}
+    firsts = [min(r for r in range(world) if reps[r] == d) for d in range(dp)]  # each replica's first rank
+    of_replica = [[r for r in range(world) if reps[r] == d] for d in range(dp)]
     for k in range(n):
         st = dict(hs[0]["steps"][k])
+        st["losses"] = _losses(hs, firsts, k)
+        st["masks"] = [m for r in firsts for m in hs[r]["steps"][k]["masks"]]
         st["ranks"] = [{"rank": r, "losses": hs[r]["steps"][k]["losses"], "masks": hs[r]["steps"][k]["masks"]}
                        for r in range(world)]
         steps.append(st)
         s = st["step"]
-        mbs = sorted({int(name.split()[2]) for name in fr[0] if name.startswith(f"grad {s} ") and len(name.split()) == 4})
-        for m in mbs:
+        mine = [_microbatches(fr[r], s) for r in range(world)]
+        replica_of = {m: reps[r] for r in range(world) for m in mine[r]}
+        for m in sorted(replica_of):
+            rs = of_replica[replica_of[m]]
             for i, shape in enumerate(shapes):
                 name = f"grad {s} {m} {i}"
-                out.append(assemble([fr[r][name] for r in range(world)], by_param.get(i, {"dim": None}), shape, name))
+                out.append(assemble([fr[r][name] for r in rs], by_param.get(i, {"dim": None}), shape, name))
         for what in ("grad", "param"):
             for i, shape in enumerate(shapes):
                 name = f"{what} {s} {i}"
                 if name in fr[0]:
-                    out.append(assemble([fr[r][name] for r in range(world)], by_param.get(i, {"dim": None}), shape, name))
+                    out.append(assemble([fr[r][name] for r in of_replica[0]], by_param.get(i, {"dim": None}), shape,
+                                        name))
         for r in range(world):
-            out += _own_frames(fr[r], r, s, mbs, list(range(len(shapes))))
+            out += _own_frames(fr[r], r, s, mine[r], list(range(len(shapes))), dp > 1)
     base["steps"] = steps
     return base, out
 

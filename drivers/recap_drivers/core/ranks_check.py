@@ -101,6 +101,24 @@ def _pp(h: Dict[str, Any]) -> int:
     return len(set(_stages(h)))
 
 
+def _replicas(h: Dict[str, Any]) -> List[int]:
+    """Every rank's data-parallel replica (all 0 without replicas)."""
+    g = h.get("ranks", {})
+    world = int(g.get("world", 1))
+    rp = g.get("replicas")
+    return [int(x) for x in rp] if isinstance(rp, list) and len(rp) == world else [0] * world
+
+
+def _cells(h: Dict[str, Any]) -> List[Tuple[int, int]]:
+    """Every rank's (stage, replica): the ranks of a cell run the same layers on the same data (its
+    tensor-parallel group), so the mask checks compare ranks of one cell only."""
+    return list(zip(_stages(h), _replicas(h)))
+
+
+def _dp(h: Dict[str, Any]) -> int:
+    return len(set(_replicas(h)))
+
+
 def recompute_equal(h: Dict[str, Any]) -> Dict[str, Any]:
     name = "recompute_equal"
     ranks = _per_rank(h)
@@ -198,11 +216,11 @@ def tp_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
                           "pairs": 0, "coincident": 0}
     if len(ranks) < 2:
         return verdict(name, "skipped", "one rank: nothing to compare across ranks", **ev)
-    if _pp(h) == len(ranks):
-        return verdict(name, "skipped", f"{len(ranks)} pipeline stages of one rank each: no tensor-parallel region", **ev)
+    if len(set(_cells(h))) == len(ranks):
+        return verdict(name, "skipped", f"{_one_rank_cells(h)}: no tensor-parallel region", **ev)
     if not keys:
         return verdict(name, "skipped", "no dropout draw inside a tensor-parallel region", **ev)
-    stages = _stages(h)
+    stages = _cells(h)  # the ranks of one stage and replica run the same layers and data
     numel: Dict[MaskKey, int] = {}
     for k in sorted(keys):  # every rank of a stage that drew it (the stage's layers) drew it too
         have = {stages[r] for r, t in enumerate(tables) if k in t}
@@ -218,7 +236,7 @@ def tp_masks_differ(h: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
     worst: Optional[Tuple[float, str]] = None
     for a in range(len(ranks)):
         for b in range(a + 1, len(ranks)):
-            if stages[a] != stages[b]:  # other layers, other seeds
+            if stages[a] != stages[b]:  # other layers, other seeds; or another replica, seeded alike
                 continue
             ev["pairs"] += 1
             same = [k for k in keys if k in tables[a] and k in tables[b] and tables[a][k]["digest"] == tables[b][k]["digest"]]
@@ -243,10 +261,10 @@ def outside_masks_equal(h: Dict[str, Any]) -> Dict[str, Any]:
     ev = {"ranks": len(ranks), "masks": sum(len(t) for t in tables)}
     if len(ranks) < 2:
         return verdict(name, "skipped", "one rank: nothing to compare across ranks", **ev)
-    stages = _stages(h)
-    if _pp(h) == len(ranks):
-        return verdict(name, "skipped", f"{len(ranks)} pipeline stages of one rank each: no two ranks run the same "
-                                        "layers", **ev)
+    stages = _cells(h)  # the ranks of one stage and replica run the same layers and data
+    if len(set(stages)) == len(ranks):
+        return verdict(name, "skipped", f"{_one_rank_cells(h)}: no two ranks run the same layers on the same data",
+                       **ev)
     if not any(tables):
         return verdict(name, "skipped", "no dropout draw outside the tensor-parallel regions", **ev)
     for r, t in enumerate(tables):
@@ -263,6 +281,16 @@ def outside_masks_equal(h: Dict[str, Any]) -> Dict[str, Any]:
                 return verdict(name, "failed", f"step {k[0]} {k[1]} mb {k[3]}: rank {r} drew {b['digest']}, rank {r0} "
                                                f"{a['digest']} (outside tensor-parallel regions masks are equal)", **ev)
     return verdict(name, "passed", f"{len(ref)} draws outside tensor-parallel regions equal on {len(ranks)} ranks", **ev)
+
+
+def _one_rank_cells(h: Dict[str, Any]) -> str:
+    """How a group whose stages and replicas hold one rank each is made, in words."""
+    pp, dp = _pp(h), _dp(h)
+    if dp == 1:
+        return f"{pp} pipeline stages of one rank each"
+    if pp == 1:
+        return f"{dp} data-parallel replicas of one rank each"
+    return f"{pp} pipeline stages of {dp} replicas, one rank each"
 
 
 def _floats(f: Any) -> array:
@@ -297,10 +325,21 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
         return verdict(name, "skipped", f"{max(len(t) for t in inside)} draws inside tensor-parallel regions come from per-rank "
                                         "generators, a one-rank run draws others: its gradients differ by design", **ev)
     stages = _stages(h)
+    cells = _cells(h)
     pipeline = _pp(h) > 1
+    dp = _dp(h)
+    if dp > 1:
+        drawn = sum(len(t) for t in _forward_table(ranks, False, sites))
+        if drawn:
+            return verdict(name, "skipped", f"{drawn} draws on {dp} data-parallel replicas seeded alike: replica d's "
+                                            "j-th microbatch draws what replica 0's j-th draws, a one-rank run draws its "
+                                            "microbatches in sequence: its gradients differ by design", **ev)
     # stages of tp 1 compute each layer whole, as one rank does: bitwise equal (tp inside stages
-    # sums partial products in another order: the tolerance)
-    bitwise = pipeline and int(h.get("ranks", {}).get("tp", 1)) == 1
+    # sums partial products in another order, and replicas sum their gradients in another order
+    # than one rank accumulates them: the tolerance)
+    bitwise = pipeline and int(h.get("ranks", {}).get("tp", 1)) == 1 and dp == 1
+    # a microbatch's gradient is its replica's accumulation: one rank's up to it for replica 0's only
+    local = int(case.get("microbatches", 1)) // dp
     if bitwise:
         tol = 0.0
         ev["tolerance"] = tol
@@ -328,6 +367,9 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
     for n, b in sorted(one_frames.items()):
         if not (n.startswith("grad ") or n.startswith("param ")):
             continue
+        w = n.split()
+        if len(w) == 4 and int(w[2]) >= local:  # another replica's microbatch: its own accumulation
+            continue
         a = frames.get(n)
         if a is None:
             return verdict(name, "failed", f"the group's reply has no frame '{n}'", **ev)
@@ -353,13 +395,13 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
         if len(parts) != 2 or not parts[0].startswith("grad ") or not parts[1].isdigit():
             continue
         r0 = int(parts[1])
-        if r0 >= world or stages.index(stages[r0]) != r0:  # each stage's first rank against the others of its stage
+        if r0 >= world or cells.index(cells[r0]) != r0:  # each cell's first rank against the others of its cell
             continue
         i = int(parts[0].split()[-1])
         if i >= len(shards) or shards[i].get("dim") is not None:
             continue
         for r in range(r0 + 1, world):
-            if stages[r] != stages[r0]:  # a parameter of another stage's layer
+            if cells[r] != cells[r0]:  # a parameter of another stage's layer, or another replica's microbatch
                 continue
             other = frames.get(f"{parts[0]} @{r}")
             if other is None:
@@ -379,6 +421,77 @@ def grads_match_one_rank(h: Dict[str, Any], frames: Dict[str, Any], one: Dict[st
                                    f"run (worst {worst[0]:.2g}: '{worst[1]}')", **ev)
 
 
+def dp_grads_reduced(h: Dict[str, Any], frames: Dict[str, Any], case: Dict[str, Any]) -> Dict[str, Any]:
+    """Data-parallel replicas: each rank's step gradients (`grad s i @r`, what its update applied)
+    are bitwise equal on every replica of its stage and tensor-parallel rank (an all-reduce gives
+    every member the same sum), and equal the sum of the replicas' own accumulations (`grad s m i
+    @r` of each replica's last microbatch) within the tolerance (the sum in another order)."""
+    name = "dp_grads_reduced"
+    g = h.get("ranks", {})
+    world, tp = int(g.get("world", 1)), max(1, int(g.get("tp", 1)))
+    stages, reps = _stages(h), _replicas(h)
+    tol = tolerance(case)
+    ev: Dict[str, Any] = {"replicas": _dp(h), "tensors": 0, "elements": 0, "sums": 0, "tolerance": tol}
+    if _dp(h) < 2:
+        return verdict(name, "skipped", "no data-parallel replicas: nothing reduced across them", **ev)
+    if h.get("status") != "ok":
+        return verdict(name, "skipped", f"the group's run did not complete ({h.get('status')})", **ev)
+    own: Dict[int, Dict[str, Any]] = {r: {} for r in range(world)}  # rank -> its `@r` frames by name
+    for n, f in frames.items():
+        parts = n.split(" @")
+        if len(parts) == 2 and parts[1].isdigit() and int(parts[1]) < world and parts[0].startswith("grad "):
+            own[int(parts[1])][parts[0]] = f
+    worst = 0.0
+    for r in range(world):
+        peer = next(q for q in range(world) if stages[q] == stages[r] and q % tp == r % tp)  # replica 0's
+        for n, f in sorted(own[r].items()):
+            w = n.split()
+            if len(w) != 3:
+                continue
+            if peer != r:
+                other = own[peer].get(n)
+                if other is None:
+                    return verdict(name, "failed", f"rank {r} (replica {reps[r]}) sent '{n} @{r}', rank {peer} "
+                                                   "(replica 0) none", **ev)
+                ev["tensors"] += 1
+                ev["elements"] += len(f.data) // 4
+                if other.data != f.data:
+                    return verdict(name, "failed", f"'{n}': rank {r} (replica {reps[r]}) applied another gradient than "
+                                                   f"rank {peer} (replica 0), relative L2 {rel_l2(f, other):.3g}: the "
+                                                   "replicas' gradients were not summed over them", **ev)
+                continue
+            # the sum of the replicas' own accumulations, each its last microbatch's
+            members = [q for q in range(world) if stages[q] == stages[r] and q % tp == r % tp]
+            total: Optional[array] = None
+            for q in members:
+                mbs = [int(x.split()[2]) for x in own[q] if len(x.split()) == 4 and x.split()[1] == w[1]
+                       and x.split()[3] == w[2]]
+                if not mbs:
+                    return verdict(name, "failed", f"rank {q} sent no microbatch gradient of '{n}'", **ev)
+                part = _floats(own[q][f"grad {w[1]} {max(mbs)} {w[2]}"])
+                total = part if total is None else array("f", (a + b for a, b in zip(total, part)))
+            assert total is not None
+            e = rel_l2(f, _Raw(total))
+            ev["sums"] += 1
+            worst = max(worst, e) if e == e else math.inf
+            if not e <= tol:
+                return verdict(name, "failed", f"'{n}' on rank {r}: relative L2 error {e:.3g} > {tol:g} against the sum "
+                                               f"of its {len(members)} replicas' own gradients", **ev)
+    ev["worst_rel_l2"] = worst
+    if ev["sums"] == 0:
+        return verdict(name, "skipped", "no rank sent its step gradients", **ev)
+    return verdict(name, "passed", f"{ev['tensors']} step gradients ({ev['elements']} elements) bitwise equal across "
+                                   f"{_dp(h)} replicas; {ev['sums']} within {tol:g} of the sum of the replicas' own "
+                                   f"(worst {worst:.2g})", **ev)
+
+
+class _Raw:
+    """A frame-like holder of float32 values (rel_l2 reads .data)."""
+
+    def __init__(self, values: array) -> None:
+        self.data = values.tobytes()
+
+
 def pp_schedule_1f1b(h: Dict[str, Any]) -> Dict[str, Any]:
     """Judged from what the stages observed: the stages that reported events (their count is P),
     each rank's microbatches and model chunks (those it ran), never the case's fields."""
@@ -395,7 +508,10 @@ def pp_schedule_1f1b(h: Dict[str, Any]) -> Dict[str, Any]:
             if not got:
                 continue
             r = int(row["rank"])
-            mbs = len({m for _, m, _ in got})
+            # a replica's microbatches are the step's d * k .. : judged as its 0 .. k - 1, in order
+            local = {m: j for j, m in enumerate(sorted({m for _, m, _ in got}))}
+            got = [(kind, local[m], k) for kind, m, k in got]
+            mbs = len(local)
             vp = len({k for _, _, k in got})
             vps.add(vp)
             want = stage_order(pp, stages[r], mbs, vp)
@@ -488,7 +604,7 @@ def check_all(h: Dict[str, Any], frames: Dict[str, Any], case: Dict[str, Any],
               one: Optional[Tuple[Dict[str, Any], Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """Every check; the gradient check only with a one-rank run's (header, frames)."""
     out = [recompute_equal(h), tp_masks_differ(h, case), outside_masks_equal(h), pp_schedule_1f1b(h),
-           pp_stage_masks_differ(h, case)]
+           pp_stage_masks_differ(h, case), dp_grads_reduced(h, frames, case)]
     if one is not None:
         out.append(grads_match_one_rank(h, frames, one[0], one[1], case))
     else:

@@ -93,6 +93,8 @@ class Runner:
         self.measuring = False
         self.timed: List[Dict[str, float]] = []  # per timed step: ms, peak_allocated, peak_reserved
         self.capture_ms: Optional[float] = None  # how long the graphs took to make
+        # a data-parallel replica's gradient sum over the replicas, run before the update (None: none)
+        self.reduce_grads: Optional[Callable[[], None]] = None
         self._build_t0 = 0.0
 
     # -- what a framework's runner says --
@@ -182,10 +184,17 @@ class Runner:
                     inflight.remove(m)
         self.body_activations = peak
         self.pos.set(pass_="", layer="", microbatch=-1)
+        self.update()
+        return losses
+
+    def update(self) -> None:
+        """The step's update: SGD p -= lr * grad, the gradients first summed over the data-parallel
+        replicas where this run is one (reduce_grads; the step then reports the summed gradients)."""
+        if self.reduce_grads is not None:
+            self.reduce_grads()
         with torch.no_grad():
             for p in self.params:
-                p.add_(p.grad, alpha=-c.lr)
-        return losses
+                p.add_(p.grad, alpha=-self.case.lr)
 
     def timed_step(self, work: Callable[[], List[Any]]) -> List[Any]:
         """Runs a step's work; while measuring, timed between two CUDA events on the current stream
@@ -221,13 +230,17 @@ class Runner:
         layout = getattr(self.model, "recap_layout", None)
         live = [l.detach().reshape(()) for l in losses if l is not None]
         rows = [[g.detach().float() for g in row] for row in self.gbuf]
-        on_device = live + [g for row in rows for g in row] + \
+        # a data-parallel replica reports the gradients the update applied (summed over the replicas)
+        reduced = [p.grad.detach().float() for p in self.params] if self.reduce_grads is not None else []
+        on_device = live + [g for row in rows for g in row] + reduced + \
             [(layout(i, p.detach()) if layout else p.detach()).float() for i, p in enumerate(self.params)]
         host = iter(download.to_host(on_device))  # one copy per dtype: one wait for the GPU, not hundreds
         # recap stores a loss as fp32 (accumulated in double): report the double rounded to fp32
         vals = [to_f32(float(next(host).item())) if l is not None else float("nan") for l in losses]
         grads_mb = [[next(host) for _ in row] for row in rows]
         grads = grads_mb[self.last_backward] if self.last_backward >= 0 else []
+        if reduced:
+            grads = [next(host) for _ in reduced]
         params = [next(host) for _ in self.params]
         if self.prof is not None:
             self.prof.add("d2h_ms", (time.perf_counter() - t_d2h) * 1e3)

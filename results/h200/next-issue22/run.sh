@@ -3,7 +3,7 @@
 # `recap` of the gpu preset, as results/h200/next-issue21 builds it). One mode per call, ending
 # within CALL_S seconds (default 540):
 #   groups     the torch rank groups on CUDA: every tests/cli/data rank file (tp 2, sp, pp 2, tp 2
-#              inside pp 2, pp 2 with vp 2) replayed clean, then under each planted rank fault its
+#              inside pp 2, pp 2 with vp 2, dp 2 replicas) replayed clean, then under each planted rank fault its
 #              oracle must catch (as cli.sut_torch_ranks_faults, cli.sut_torch_pp_faults,
 #              cli.sut_torch_tp_pp_faults and cli.sut_torch_vp_faults do on the CPU). On one GPU the ranks share it over gloo (core/ranks.py backend_for); on
 #              two or more, nccl.
@@ -21,19 +21,20 @@ case ${1:-} in
   groups)
     timeout -k 10 $(( $(left) / 3 )) "$B" replay --sut torch --backend cuda "${W[@]}" $D/tp2-masks.json $D/tp2-grads.json \
       $D/tp2-sp-masks.json $D/tp2-sp-grads.json $D/pp2-masks.json $D/pp2-grads.json $D/tp2-pp2-masks.json $D/tp2-pp2-grads.json \
-      $D/pp2-vp2-masks.json $D/pp2-vp2-grads.json --report "$o/clean.json" > "$o/clean.log" 2>&1; echo "exit $?" >> "$o/clean.log"
-    all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,training,reference
+      $D/pp2-vp2-masks.json $D/pp2-vp2-grads.json $D/tp2-dp2-grads.json $D/pp2-dp2-grads.json $D/tp2-dp2-masks.json \
+      $D/dp2-masks.json --report "$o/clean.json" > "$o/clean.log" 2>&1; echo "exit $?" >> "$o/clean.log"
+    all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,dp_grads_reduced,training,reference
     for f in tp-seed-shared:tp2-pp2-masks tp-recompute-stale:tp2-pp2-masks dp-seed-per-rank:tp2-pp2-masks \
              tp-grad-not-reduced:tp2-pp2-grads pp-stage-seed-shared:tp2-pp2-masks pp-send-stale:tp2-pp2-grads \
              pp-schedule-gpipe:tp2-pp2-grads sp-grad-not-reduced:tp2-sp-grads sp-block-no-fork:tp2-sp-masks \
-             vp-chunk-layers-contiguous:pp2-vp2-grads; do
+             vp-chunk-layers-contiguous:pp2-vp2-grads dp-grad-not-reduced:tp2-dp2-grads dp-data-same:dp2-masks; do
       [ "$(left)" -gt 40 ] || break
       fault=${f%%:*}; file=$D/${f#*:}.json
       timeout -k 10 60 "$B" replay --sut torch --backend cuda "${W[@]}" "$file" --property "$all" \
         --worker-env "RECAP_RANK_FAULT=$fault" > "$o/$fault.log" 2>&1; echo "exit $?" >> "$o/$fault.log"
       echo "== $fault: $(grep -E '^  [a-z_0-9]+ +incorrect' "$o/$fault.log" | cut -c1-120 | head -2 | tr '\n' ' ')"
     done
-    grep -E "^replay|^  (tp_|outside|grads_match|pp_|rank_|reference)" "$o/clean.log" | cut -c1-160 ;;
+    grep -E "^replay|^  (tp_|outside|grads_match|pp_|dp_|rank_|reference)" "$o/clean.log" | cut -c1-160 ;;
   campaign)
     timeout -k 30 $(( $(left) - 20 )) "$B" fuzz --sut torch --backend cuda "${W[@]}" --ranks "${RANKS:-4}" --cases "${CASES:-300}" \
       --seed 1 --jobs 4 --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign.json" > "$o/campaign.log" 2>&1

@@ -47,6 +47,8 @@ the tensor-parallel rank varies fastest): rank r is stage r // T, tensor-paralle
 stage's group; activations go between the ranks of equal tensor-parallel rank of adjacent stages
 (as p2p_communication does), each the rank's whole activation, or its rows with sequence
 parallelism. frameworks/torch/tensor_parallel.py builds such a stage's layers (TPPipelineRunner).
+With dp replicas (frameworks/torch/data_parallel.py) rank r is stage r // (T * dp) and each replica
+is its own pipeline: activations go between the ranks of equal replica and tensor-parallel rank.
 
 The reply shape. Every rank builds recap's whole parameter list (so each rank's observation has
 the one-rank shape) but runs, and updates, its stage's layers only; the leader (core/ranks.merge)
@@ -67,6 +69,7 @@ from ... import case as case_mod
 from ...core import layers as L
 from ...core import rank_faults, worker_faults
 from ...core.schedules import Event, gpipe, stage_order
+from .data_parallel import Layout
 from .runner import TorchRunner
 
 # megatron/training/initialize.py _set_random_seed: seed = seed_ + (100 * pipeline rank)
@@ -114,14 +117,14 @@ class PPRunner(TorchRunner):
     """One rank's execution of a case: rank r is stage r // tp (tp 1: the rank is its stage), holding
     the case's vp model chunks c (virtual stages c * pp + stage)."""
 
-    def __init__(self, sut: Any, c: Any, data: Any, pp: int, tp: int = 1):
+    def __init__(self, sut: Any, c: Any, data: Any, pp: int, tp: int = 1, dp: int = 1):
         self.pp, self.tp, self.vp = pp, tp, c.vp
-        rank = dist.get_rank()
-        self.stage, self.tp_rank = rank // tp, rank % tp
-        # the ranks of this tensor-parallel rank in the stages before and after (megatron's p2p peers;
-        # with virtual stages the first and the last stage are each other's)
-        self.prev_peer = ((self.stage - 1) % pp) * tp + self.tp_rank
-        self.next_peer = ((self.stage + 1) % pp) * tp + self.tp_rank
+        self.layout = lay = Layout(tp, dp, pp, dist.get_rank())
+        self.stage, self.tp_rank, self.replica = lay.stage, lay.tp_rank, lay.replica
+        # the ranks of this tensor-parallel rank and replica in the stages before and after (megatron's
+        # p2p peers; with virtual stages the first and the last stage are each other's)
+        self.prev_peer = lay.rank_of((self.stage - 1) % pp, self.replica, self.tp_rank)
+        self.next_peer = lay.rank_of((self.stage + 1) % pp, self.replica, self.tp_rank)
         table = stage_layers(len(c.layers), pp, self.vp)
         if rank_faults.FAULT == "vp-chunk-layers-contiguous":  # planted: chunk c of rank s is virtual stage s * vp + c
             self.spans = [table[self.stage * self.vp + k] for k in range(self.vp)]
@@ -225,9 +228,7 @@ class PPRunner(TorchRunner):
         self.schedule[self.pos.step] = events
         self.body_activations = 0  # not measured across stages (a group serves no measure request)
         self.pos.set(pass_="", layer="", microbatch=-1)
-        with torch.no_grad():
-            for p in self.params:
-                p.add_(p.grad, alpha=-c.lr)
+        self.update()
         return losses
 
 

@@ -62,6 +62,7 @@ from ... import case as case_mod
 from ...core import layers as L
 from ...core import rank_faults
 from ...core.records import RunData
+from .data_parallel import Layout, dp_problem, grad_reducer, local_case, local_data
 from .pipeline import PP_SEED_STRIDE, PPRunner, plant_kill_rank, pp_extras, pp_problem
 from .runner import TorchRunner
 from .sut import TorchSUT
@@ -523,16 +524,20 @@ def megatron_seeds(device: torch.device, seed: int, tp_rank: int) -> RngTracker:
 
 class TPRunner(TorchRunner):
     """One rank's execution of a case: the tensor-parallel model, the generators seeded as
-    megatron-core's model_parallel_cuda_manual_seed seeds them."""
+    megatron-core's model_parallel_cuda_manual_seed seeds them. With dp replicas, the model is split
+    over the replica's tensor-parallel group (every replica seeded alike, as megatron seeds them)."""
+
+    def __init__(self, sut: Any, c: Any, data: Any, tp: int, dp: int = 1) -> None:
+        self.layout = Layout(tp, dp, 1, dist.get_rank())
+        super().__init__(sut, c, data)
 
     def make_model(self) -> Any:
-        rank, world = dist.get_rank(), dist.get_world_size()
-        TPGroup.set(None, rank, world)
-        c = self.case
-        self.tracker = tracker = megatron_seeds(self.dev, c.seed_rng, rank)
-        model = TPModel(c, Ctx(rank, world, self.dev, tracker, c.sp))
-        if rank_faults.FAULT == "kill-rank" and rank == world - 1:
-            plant_kill_rank(model.layers[0], rank)
+        lay, c = self.layout, self.case
+        TPGroup.set(self.sut.tp_group(lay, lay.stage, lay.replica) if lay.dp > 1 else None, lay.tp_rank, lay.tp)
+        self.tracker = tracker = megatron_seeds(self.dev, c.seed_rng, lay.tp_rank)
+        model = TPModel(c, Ctx(lay.tp_rank, lay.tp, self.dev, tracker, c.sp))
+        if rank_faults.FAULT == "kill-rank" and lay.rank == dist.get_world_size() - 1:
+            plant_kill_rank(model.layers[0], lay.rank)
         return model
 
 
@@ -544,7 +549,7 @@ class TPPipelineRunner(PPRunner):
 
     def make_model(self) -> Any:
         c, tp, stage, tp_rank = self.case, self.tp, self.stage, self.tp_rank
-        TPGroup.set(self.sut.tp_group(tp, self.pp, stage), tp_rank, tp)
+        TPGroup.set(self.sut.tp_group(self.layout, stage, self.replica), tp_rank, tp)
         seed = c.seed_rng + PP_SEED_STRIDE * (0 if rank_faults.FAULT == "pp-stage-seed-shared" else stage)
         self.tracker = tracker = megatron_seeds(self.dev, seed, tp_rank)
         model = TPModel(c, Ctx(tp_rank, tp, self.dev, tracker, c.sp))
@@ -578,22 +583,34 @@ def group_sizes(world: int) -> List[int]:
 
 class TorchRankSUT(TorchSUT):
     """One rank's torch SUT in a rank group: eager cases, split tensor-parallel over the group (tp N),
-    into pipeline stages, one per rank (pp N; frameworks/torch/pipeline.py), or both (tp T, pp P)."""
+    into pipeline stages, one per rank (pp N; frameworks/torch/pipeline.py), or both (tp T, pp P),
+    on dp replicas (frameworks/torch/data_parallel.py) of T * P ranks each."""
 
     def __init__(self, device: str, rank: int, world: int) -> None:
         super().__init__(device)
         self.rank, self.world = rank, world
         self.extras: Dict[str, Any] = {}
-        self.pp = 1  # the run request's (the leader checked it: tp * pp == world)
-        self._tp_groups: Dict[Tuple[int, int], List[Any]] = {}
+        self.pp, self.dp = 1, 1  # the run request's (the leader checked it: tp * pp * dp == world)
+        self._groups: Dict[Tuple[int, int, int], Tuple[Dict[Tuple[int, int], Any], Dict[Tuple[int, int], Any]]] = {}
 
-    def tp_group(self, tp: int, pp: int, stage: int) -> Any:
-        """Stage `stage`'s tensor-parallel process group of a tp x pp layout: ranks stage*tp ..
-        stage*tp + tp - 1. Every rank makes every stage's group, in the same order (new_group is
-        collective), once per layout."""
-        if (tp, pp) not in self._tp_groups:
-            self._tp_groups[(tp, pp)] = [dist.new_group(list(range(s * tp, (s + 1) * tp))) for s in range(pp)]
-        return self._tp_groups[(tp, pp)][stage]
+    def _layout_groups(self, lay: Layout) -> Tuple[Dict[Tuple[int, int], Any], Dict[Tuple[int, int], Any]]:
+        """Every process group of a tp x dp x pp layout: the tensor-parallel group of each (stage,
+        replica) and the data-parallel group of each (stage, tensor-parallel rank). Every rank makes
+        every group, in the same order (new_group is collective), once per layout."""
+        key = (lay.tp, lay.dp, lay.pp)
+        if key not in self._groups:
+            tp_groups = {(s, d): dist.new_group(lay.tp_ranks(s, d)) for s in range(lay.pp) for d in range(lay.dp)}
+            dp_groups = {(s, t): dist.new_group(lay.dp_ranks(s, t)) for s in range(lay.pp) for t in range(lay.tp)}
+            self._groups[key] = (tp_groups, dp_groups)
+        return self._groups[key]
+
+    def tp_group(self, lay: Layout, stage: int, replica: int) -> Any:
+        """The tensor-parallel process group of `stage`'s replica `replica`."""
+        return self._layout_groups(lay)[0][(stage, replica)]
+
+    def dp_group(self, lay: Layout, stage: int, tp_rank: int) -> Any:
+        """The data-parallel process group of `stage`'s tensor-parallel rank `tp_rank`."""
+        return self._layout_groups(lay)[1][(stage, tp_rank)]
 
     def capabilities(self) -> Dict[str, Any]:
         caps = super().capabilities()
@@ -601,6 +618,7 @@ class TorchRankSUT(TorchSUT):
         caps["tp"] = group_sizes(self.world)
         caps["pp"] = group_sizes(self.world)
         caps["vp"] = VP_VALUES if self.world > 1 else []
+        caps["dp"] = group_sizes(self.world)
         caps["sp"] = True
         return caps
 
@@ -608,26 +626,40 @@ class TorchRankSUT(TorchSUT):
         if c.executor != "eager":
             return (f"executor {c.executor}: a rank group runs eagerly only (graphs across ranks are not built "
                     "by this driver yet)")
-        tp = self.world // self.pp
+        tp = self.world // (self.pp * self.dp)
         return (super().why_skipped(c) or (pp_problem(c, self.pp) if self.pp > 1 else "")
+                or (dp_problem(c, self.dp) if self.dp > 1 else "")
                 or (tp_problem(c, tp) if tp > 1 else ""))
 
     def make_runner(self, c: case_mod.Case, data: RunData) -> TorchRunner:
-        if self.pp > 1:
-            tp = self.world // self.pp
-            pr = TPPipelineRunner(self, c, data, self.pp, tp) if tp > 1 else PPRunner(self, c, data, self.pp)
-            self.extras = pp_extras(pr)  # its schedule fills as the steps run
+        pp, dp = self.pp, self.dp
+        tp = self.world // (pp * dp)
+        lay = Layout(tp, dp, pp, self.rank)
+        if dp > 1:  # the replica's share of the step: its microbatches, numbered from 0
+            data = local_data(data, c, dp, lay.replica)
+            c = local_case(c, dp)
+        r: TorchRunner
+        if pp > 1:
+            r = TPPipelineRunner(self, c, data, pp, tp, dp) if tp > 1 else PPRunner(self, c, data, pp, 1, dp)
+            self.extras = pp_extras(r)  # its schedule fills as the steps run
             if tp > 1:
-                self.extras.update(rank_extras(pr.model))
-            return pr
-        r = TPRunner(self, c, data)
-        self.extras = rank_extras(r.model)
+                self.extras.update(rank_extras(r.model))
+        elif tp > 1:
+            r = TPRunner(self, c, data, tp, dp)
+            self.extras = rank_extras(r.model)
+        else:  # dp replicas of one rank each: the whole model, as one rank builds it
+            r = TorchRunner(self, c, data)
+        if dp > 1:
+            mine = r.stage_params() if isinstance(r, PPRunner) else list(range(len(r.params)))
+            r.reduce_grads = grad_reducer(r.params, mine, self.dp_group(lay, lay.stage, lay.tp_rank))
+            self.extras["rank_dp"] = {"dp": dp, "replica": lay.replica, "microbatches": c.microbatches}
         return r
 
     def serve_run(self, request: Dict[str, Any], frames: List[Any]) -> Tuple[Dict[str, Any], List[Any]]:
         self.extras = {}
-        pp = request.get("pp", 1)
+        pp, dp = request.get("pp", 1), request.get("dp", 1)
         self.pp = pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
+        self.dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 1 else 1
         h, out = super().serve_run(request, frames)
         h.update(self.extras)  # the leader (core/ranks.merge) moves them into the reply's `ranks`
         return h, out
