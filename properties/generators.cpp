@@ -399,7 +399,8 @@ rc::Gen<training::CaseSpec> gen_case(const GenConfig& config) {
       if (shapes[i].second / 1000 > 1) shapes.push_back({2, shapes[i].second + 1});
   std::vector<std::pair<int, int>> vps = {{2, 1}};
   for (int v : caps.vp) vps.push_back({1, v});
-  std::vector<std::pair<int, int>> dps = {{2, 1}};
+  // as likely as not where a group runs it (it applies only where tp * pp * dp is a group's size)
+  std::vector<std::pair<int, int>> dps = {{std::max(1, static_cast<int>(caps.dp.size())), 1}};
   for (int v : caps.dp) dps.push_back({1, v});
   return rc::gen::map(rc::gen::tuple(weighted<int>(shapes), draw, weighted<int>(vps), weighted<int>(dps)),
                       [=](const std::tuple<int, CaseDraw, int, int>& t) {

@@ -1240,6 +1240,34 @@ sut_torch_vp_fuzz_shrinks)
   rc=$?; cat clean.txt
   grep -Eq "^  reference +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
   ;;
+sut_torch_dp_fuzz_shrinks)
+  # recap fuzz --sut torch --ranks 2 draws dp from the group's hello (capabilities.dp), turning a
+  # one-rank shape into replicas of one rank. dp-grad-not-reduced acts only with replicas: seed 1
+  # finds it, its counterexample keeps dp 2 (two microbatches, one per replica) while the rest
+  # shrinks, it is diagnosed as the missing all-reduce, replays incorrect with the fault and passes
+  # without it. Skipped (77) without torch.
+  py=${RECAP_PYTHON:-python3}
+  need_torch "$py"
+  "$recap" fuzz --sut torch --ranks 2 --backend sim --seed 1 --cases 30 --stop-on-first --shrink-limit 30 \
+    --worker-env RECAP_RANK_FAULT=dp-grad-not-reduced --property dp_grads_reduced,grads_match_one_rank \
+    --corpus-dir found --report r.json > out.txt 2> err.txt
+  rc=$?; cat out.txt
+  [ "$rc" -eq 1 ] || { tail -5 err.txt; fail "dp-grad-not-reduced: exit $rc, expected 1"; }
+  validate_report r.json
+  [ "$(field r.json found dp)" = 2 ] && [ "$(field r.json found microbatches)" = 2 ] ||
+    fail "the fault needs replicas: the counterexample must keep dp 2 with one microbatch each"
+  [ "$(field r.json found tp)" = 1 ] && [ "$(field r.json found pp)" = 1 ] || fail "tp and pp must shrink away"
+  grep -q "diagnosis: data-parallel replicas applied gradients that are not the sum over the replicas" out.txt || fail "the diagnosis"
+  grep -q "dp=2" out.txt || fail "the classification does not count dp cases"
+  set -- found/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one corpus file, found: $*"
+  cx=$1
+  "$recap" replay --sut torch --backend sim "$cx" --property dp_grads_reduced --worker-env RECAP_RANK_FAULT=dp-grad-not-reduced > again.txt 2> err.txt
+  rc=$?; cat again.txt
+  grep -Eq "^  dp_grads_reduced +incorrect" again.txt || fail "the replay did not reproduce it (exit $rc)"
+  "$recap" replay --sut torch --backend sim "$cx" --property dp_grads_reduced > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  grep -Eq "^  dp_grads_reduced +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
+  ;;
 sut_torch_planted_faults)
   # No verdict without evidence, on a real torch (CPU): planted driver faults (RECAP_DRIVER_FAULT,
   # drivers/PROTOCOL.md) make the driver report less than happened; each must turn the check that
