@@ -7,6 +7,9 @@
 // every run, eagerly or replayed. sim keeps op_math.h's sequential loops; the two backends agree
 // within tolerance, as they already did (FMA contraction, expf, cuBLAS).
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <string_view>
 #ifdef RECAP_MODELS_CUBLAS
 #include <cublas_v2.h>
 #endif
@@ -282,6 +285,24 @@ int gemm_cublas(void* stream, const math::GemmArgs& a, void* workspace, size_t w
   }
   const bool bf16 = a.dtype == math::kBF16;
   const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // RECAP_GEMM_POISON (a diagnostic, off unless set; read once): C is filled with NaN (all bits
+  // set) before a call that overwrites it, so an element cuBLAS leaves unwritten shows downstream
+  // as NaN. It tells initcheck's reports on memory cuBLAS wrote (results/h200/2026-12-05-issue21-s15)
+  // from elements really left unwritten. RECAP_GEMM_POISON=after, its control, fills C after the
+  // call: the case must then fail.
+  static const char* poison = std::getenv("RECAP_GEMM_POISON");
+  const bool poison_after = poison != nullptr && std::string_view(poison) == "after";
+  auto fill_nan = [&]() {
+    const size_t el = bf16 ? 2 : 4;
+    for (int64_t b = 0; b < a.batch; ++b) {
+      cudaError_t e = cudaMemset2DAsync(static_cast<char*>(a.C) + b * a.stride_c * el, a.ldc * el, 0xFF, a.N * el,
+                                        a.M, st);
+      if (e != cudaSuccess) return static_cast<int>(e);
+    }
+    return 0;
+  };
+  if (poison != nullptr && !poison_after && beta == 0.0f)
+    if (int e = fill_nan(); e != 0) return e;
   float alpha = a.alpha;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   auto call = [&](cublasComputeType_t compute) {
@@ -296,6 +317,8 @@ int gemm_cublas(void* stream, const math::GemmArgs& a, void* workspace, size_t w
   // set) — the same choice at every call, so still deterministic. bf16: fp32 compute.
   bs = call(bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC);
   if (!bf16 && bs == CUBLAS_STATUS_NOT_SUPPORTED) bs = call(CUBLAS_COMPUTE_32F);
+  if (poison_after && bs == CUBLAS_STATUS_SUCCESS)
+    if (int e = fill_nan(); e != 0) return e;
   return blas_error(bs);
 }
 

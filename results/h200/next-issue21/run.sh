@@ -14,6 +14,8 @@
 #                  differential, torch and megatron@0.19.2 --no-checkpoint rates (RATE_S s each)
 #   initcheck      the case initcheck reported (cases/initcheck-bf16-per-layer.json) alone under initcheck,
 #                  three ways: as before, --check-bulk-copy yes, RECAP_GEMM=simple
+#   poison         that case with cuBLAS's outputs pre-filled with NaN (and the control), then the
+#                  initcheck campaign with the poison and with RECAP_GEMM=simple
 #   last           the differential, torch's rate without --profile, then checks
 #   verify         the warp-per-row kernels (models/ops.cu): models_gpu_test, the large cases of cases/
 #                  replayed with --profile, the rate at 1 to 16 jobs (VERIFY_JOBS="jobs:chunk ...")
@@ -146,12 +148,31 @@ case ${1:-} in
         timeout -k 10 $(( $(left) - 20 )) bash scripts/gpu-sanitizer.sh 2 > "$o/sanitizer.log" 2>&1
       echo "exit $?" >> "$o/sanitizer.log"; cat "$o/sanitizer/summary.txt" 2>/dev/null
     fi ;;
+  poison)  # session 15's initcheck call: 378,475 reports alone, the same with --check-bulk-copy yes, none
+            # with RECAP_GEMM=simple. Whether cuBLAS writes every element initcheck calls unwritten:
+            # RECAP_GEMM_POISON=1 fills C with NaN before each cuBLAS call that overwrites it (the case
+            # must still pass: every element read downstream was written), =after fills it after
+            # (the control: the case must fail). Then the acceptance runs, the fixed-seed campaign
+            # under initcheck (POISON_CASES cases) with the poison (cuBLAS kept) and with RECAP_GEMM=simple.
+    c=results/h200/next-issue21/cases/initcheck-bf16-per-layer.json
+    for v in 1 after; do
+      RECAP_GEMM_POISON=$v timeout -k 10 120 "$B" replay "$c" --backend cuda > "$o/poison-$v.log" 2>&1
+      echo "exit $?" >> "$o/poison-$v.log"; echo "== poison $v: $(grep -E '^replay|^exit' "$o/poison-$v.log" | cut -c1-200 | tr '\n' ' ')"
+    done
+    for g in poison simple; do
+      [ "$(left)" -gt 90 ] || break
+      envs=(RECAP_GEMM_POISON=1); [ $g = simple ] && envs=(RECAP_GEMM=simple)
+      env "${envs[@]}" RECAP_BUILD=.device/slim OUT="$o/sanitizer-$g" SANITIZER_TOOLS=initcheck SANITIZER_TESTS=none \
+        SANITIZER_DIMS=small SANITIZER_TIMEOUT=$(( $(left) - 30 )) timeout -k 10 $(( $(left) - 10 )) \
+        bash scripts/gpu-sanitizer.sh "${POISON_CASES:-2}" > "$o/sanitizer-$g.log" 2>&1
+      echo "exit $?" >> "$o/sanitizer-$g.log"; echo "== $g:"; cat "$o/sanitizer-$g/summary.txt" 2>/dev/null
+    done ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-60} SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh ${SANITIZER_CASES:-3} > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last | initcheck" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last | initcheck | poison" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
