@@ -16,6 +16,7 @@
 #                  three ways: as before, --check-bulk-copy yes, RECAP_GEMM=simple
 #   poison         that case with cuBLAS's outputs pre-filled with NaN (and the control), then the
 #                  initcheck campaign with the poison and with RECAP_GEMM=simple
+#   testsinit      the six GPU test binaries under initcheck (cuBLAS's outputs poisoned)
 #   last           the differential, torch's rate without --profile, then checks
 #   verify         the warp-per-row kernels (models/ops.cu): models_gpu_test, the large cases of cases/
 #                  replayed with --profile, the rate at 1 to 16 jobs (VERIFY_JOBS="jobs:chunk ...")
@@ -167,12 +168,23 @@ case ${1:-} in
         bash scripts/gpu-sanitizer.sh "${POISON_CASES:-2}" > "$o/sanitizer-$g.log" 2>&1
       echo "exit $?" >> "$o/sanitizer-$g.log"; echo "== $g:"; cat "$o/sanitizer-$g/summary.txt" 2>/dev/null
     done ;;
+  testsinit)  # the GPU test binaries under initcheck (cuBLAS's outputs poisoned, as in session 15's
+              # call 5, where recap_cuda_tests found the accounting script incrementing a buffer fresh
+              # from malloc_async; carry .device/slim whole)
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for t in recap_cuda_tests runtime_core_gpu_test runtime_gpu_test executors_gpu_test models_gpu_test conformance_gpu_test; do
+      [ "$(left)" -gt 20 ] || break
+      bin=$(find .device/slim/tests -name "$t" -type f | head -n 1)
+      RECAP_GEMM_POISON=1 RECAP_CUDA_BLOCK_CACHE=0 timeout -k 5 $(( $(left) - 10 )) "$cs" --tool initcheck --report-api-errors no \
+        --error-exitcode 99 --print-limit 20 "$bin" > "$o/$t.log" 2>&1
+      echo "$t exit $? $(grep -oE 'ERROR SUMMARY: [0-9]+' "$o/$t.log" | tail -1) $(grep -oE '\[  (PASSED|FAILED)  \] [0-9]+ tests?' "$o/$t.log" | tr '\n' ' ')" | tee -a "$o/summary.txt"
+    done ;;
   checks)
     timeout -k 20 200 "$B" mutants --backend cuda --fault cuda-dropout-offset --cases 20 --shrink-limit 100 --corpus-dir "$o/mutants" \
       --report "$o/mutants-cuda.json" > "$o/mutants-cuda.log" 2>&1; echo "exit $?" >> "$o/mutants-cuda.log"
     RECAP_BUILD=.device/slim OUT="$o/sanitizer" SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-60} SANITIZER_DIMS=small \
       timeout -k 10 $(( $(left) - 10 )) bash scripts/gpu-sanitizer.sh ${SANITIZER_CASES:-3} > "$o/sanitizer.log" 2>&1; echo "exit $?" >> "$o/sanitizer.log"
     cat "$o/sanitizer/summary.txt" 2>/dev/null ;;
-  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last | initcheck | poison" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh scaling | quick | campaign I/N | differential I/N | rates | checks | kernels | verify | final | last | initcheck | poison | testsinit" > "$o/usage.txt"; exit 2 ;;
 esac
 summary
