@@ -1,19 +1,23 @@
 """core/schedules.py, the pipeline orders the torch driver runs and the oracle expects: megatron-core's
 own example of its schedule table, the 1F1B orders by hand, every event once, and, where a
 megatron-core wheel is at hand (RECAP_MEGATRON_WHEELS, default the repository's .whl/), its
-get_schedule_table and get_pp_rank_microbatches read from the wheel and run against ours."""
+get_schedule_table and get_pp_rank_microbatches read from the wheel and run against ours; and the
+layers each (virtual) stage holds (frameworks/torch/pipeline.py stage_layers) against the wheel's
+get_transformer_layer_offset."""
 
 from __future__ import annotations
 
 import ast
 import glob
 import os
+import sys
+import types
 import unittest
 import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
 from recap_drivers.core import schedules as S
-from tests.helpers import DRIVERS
+from tests.helpers import DRIVERS, HAVE_TORCH
 
 WHEELS = os.environ.get("RECAP_MEGATRON_WHEELS", os.path.join(os.path.dirname(DRIVERS), ".whl"))
 FUNCTIONS = ("get_schedule_table", "get_pp_rank_microbatches")
@@ -35,6 +39,42 @@ def megatron_functions(wheel: str) -> Dict[str, Any]:
     ns: Dict[str, Any] = {"Optional": Optional}
     exec(compile(ast.Module(body=body, type_ignores=[]), wheel, "exec"), ns)  # noqa: S102 - megatron's own code
     return ns
+
+
+def megatron_layer_offset(wheel: str) -> Any:
+    """transformer_layer.py's get_transformer_layer_offset from the wheel, compiled alone: given the
+    pipeline rank it reads only its config, and imports pipeline_parallel.utils.is_vp_first_stage
+    (used only with account_for_embedding_in_pipeline_split), which a stand-in module provides."""
+    with zipfile.ZipFile(wheel) as z:
+        src = z.read("megatron/core/transformer/transformer_layer.py").decode()
+    body: List[ast.stmt] = []
+    for n in ast.parse(src).body:
+        if isinstance(n, ast.FunctionDef) and n.name == "get_transformer_layer_offset":
+            for a in n.args.args:
+                a.annotation = None
+            body.append(n)
+    ns: Dict[str, Any] = {"Optional": Optional}
+    exec(compile(ast.Module(body=body, type_ignores=[]), wheel, "exec"), ns)  # noqa: S102 - megatron's own code
+    return ns["get_transformer_layer_offset"]
+
+
+class _StandInModules:
+    """megatron.core.pipeline_parallel.utils (is_vp_first_stage) in sys.modules while the offset runs."""
+
+    NAMES = ("megatron", "megatron.core", "megatron.core.pipeline_parallel", "megatron.core.pipeline_parallel.utils")
+
+    def __enter__(self) -> None:
+        self.saved = {n: sys.modules.get(n) for n in self.NAMES}
+        for n in self.NAMES:
+            sys.modules[n] = types.ModuleType(n)
+        sys.modules[self.NAMES[-1]].is_vp_first_stage = lambda vp_stage, vp_size: not vp_stage  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: Any) -> None:
+        for n, m in self.saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
 
 
 class _Group:
@@ -115,6 +155,35 @@ class ScheduleTest(unittest.TestCase):
                             self.assertEqual(first_b, warm + 1 if rest else total, (wheel, pp, s, vp, m))
                             compared += 1
             self.assertGreater(compared, 100)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch (frameworks/torch/pipeline.py imports it)")
+class LayerOffsetTest(unittest.TestCase):
+    def test_stage_layers_are_megatron_cores(self) -> None:
+        wheels = sorted(glob.glob(os.path.join(WHEELS, "megatron_core-*.whl")))
+        if not wheels:
+            self.skipTest(f"no megatron-core wheel in {WHEELS} (RECAP_MEGATRON_WHEELS)")
+        from recap_drivers.frameworks.torch.pipeline import stage_layers  # needs torch, as the driver does
+
+        for wheel in wheels:
+            offset = megatron_layer_offset(wheel)
+            compared = 0
+            with _StandInModules():
+                for pp in (2, 3, 4):
+                    for vp in (1, 2, 3):
+                        for n in range(pp * vp, 4 * pp * vp + 1, pp * vp):
+                            cfg = types.SimpleNamespace(
+                                pipeline_model_parallel_size=pp, num_layers=n, pipeline_model_parallel_layout=None,
+                                num_layers_in_first_pipeline_stage=None, num_layers_in_last_pipeline_stage=None,
+                                account_for_embedding_in_pipeline_split=False, account_for_loss_in_pipeline_split=False,
+                                virtual_pipeline_model_parallel_size=vp if vp > 1 else None)
+                            ours = stage_layers(n, pp, vp)
+                            for s in range(pp):
+                                for c in range(vp):
+                                    got = offset(cfg, vp_stage=c if vp > 1 else None, pp_rank=s)
+                                    self.assertEqual(ours[c * pp + s][0], got, (os.path.basename(wheel), pp, vp, n, s, c))
+                                    compared += 1
+            self.assertGreater(compared, 200)
 
 
 if __name__ == "__main__":
