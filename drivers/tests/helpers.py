@@ -3,6 +3,7 @@ builders, what is installed (torch, CUDA), and the checks the GPU tests share.""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
@@ -230,3 +231,16 @@ def first_diff(fa: Dict[str, Frame], fb: Dict[str, Frame]) -> str:
         if name not in fa or fa[name].data != fb[name].data:
             return name
     return ""
+
+
+# megatron-core wheels whose own functions the tests run against recap's (test_schedules,
+# test_data_parallel): RECAP_MEGATRON_WHEELS, default the repository's .whl/ (scripts/bootstrap.sh test fills it)
+WHEELS = os.environ.get("RECAP_MEGATRON_WHEELS", os.path.join(os.path.dirname(DRIVERS), ".whl"))
+
+
+def megatron_wheels(test: unittest.TestCase) -> List[str]:
+    """The megatron-core wheels at hand; the test is skipped, naming the folder, without one."""
+    wheels = sorted(glob.glob(os.path.join(WHEELS, "megatron_core-*.whl")))
+    if not wheels:
+        test.skipTest(f"no megatron-core wheel in {WHEELS} (RECAP_MEGATRON_WHEELS; scripts/bootstrap.sh test downloads them)")
+    return wheels

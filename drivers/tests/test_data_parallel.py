@@ -7,14 +7,13 @@ planted dp fault. Skips without torch (and the layout comparison without a wheel
 from __future__ import annotations
 
 import ast
-import glob
 import itertools
 import os
 import unittest
 import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
-from tests.helpers import DRIVERS, HAVE_TORCH, Worker, make_case, random_frames
+from tests.helpers import HAVE_TORCH, Worker, make_case, megatron_wheels, random_frames
 
 if HAVE_TORCH:
     import torch
@@ -24,7 +23,6 @@ if HAVE_TORCH:
     from recap_drivers.core.records import RunData
     from recap_drivers.frameworks.torch.data_parallel import Layout, dp_problem, local_case, local_data
 
-WHEELS = os.environ.get("RECAP_MEGATRON_WHEELS", os.path.join(os.path.dirname(DRIVERS), ".whl"))
 
 # every kind that splits over tensor-parallel ranks, no dropout: the one-rank comparison applies
 NO_DRAWS: List[Dict[str, Any]] = [{"kind": "linear"}, {"kind": "mlp", "checkpoint": "full"}, {"kind": "swiglu"},
@@ -65,10 +63,7 @@ class LayoutTest(unittest.TestCase):
                 self.assertEqual(lay.rank_of(lay.stage, lay.replica, lay.tp_rank), r)
 
     def test_groups_are_megatron_cores(self) -> None:
-        wheels = sorted(glob.glob(os.path.join(WHEELS, "megatron_core-*.whl")))
-        if not wheels:
-            self.skipTest(f"no megatron-core wheel in {WHEELS} (scripts/bootstrap.sh test downloads them)")
-        for wheel in wheels:
+        for wheel in megatron_wheels(self):
             gen = rank_generator(wheel)
             for tp, dp, pp in self.SHAPES:
                 with self.subTest(wheel=os.path.basename(wheel), tp=tp, dp=dp, pp=pp):

@@ -8,7 +8,6 @@ get_transformer_layer_offset."""
 from __future__ import annotations
 
 import ast
-import glob
 import os
 import sys
 import types
@@ -17,9 +16,8 @@ import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
 from recap_drivers.core import schedules as S
-from tests.helpers import DRIVERS, HAVE_TORCH
+from tests.helpers import HAVE_TORCH, megatron_wheels
 
-WHEELS = os.environ.get("RECAP_MEGATRON_WHEELS", os.path.join(os.path.dirname(DRIVERS), ".whl"))
 FUNCTIONS = ("get_schedule_table", "get_pp_rank_microbatches")
 
 
@@ -135,10 +133,7 @@ class ScheduleTest(unittest.TestCase):
                                     self.assertLess(at[("forward", b, c - 1)], at[("forward", b, c)])
 
     def test_against_megatron_core(self) -> None:
-        wheels = sorted(glob.glob(os.path.join(WHEELS, "megatron_core-*.whl")))
-        if not wheels:
-            self.skipTest(f"no megatron-core wheel in {WHEELS} (RECAP_MEGATRON_WHEELS)")
-        for wheel in wheels:
+        for wheel in megatron_wheels(self):
             ns = megatron_functions(wheel)
             compared = 0
             for pp in (2, 3, 4):
@@ -160,9 +155,7 @@ class ScheduleTest(unittest.TestCase):
 @unittest.skipUnless(HAVE_TORCH, "needs torch (frameworks/torch/pipeline.py imports it)")
 class LayerOffsetTest(unittest.TestCase):
     def test_stage_layers_are_megatron_cores(self) -> None:
-        wheels = sorted(glob.glob(os.path.join(WHEELS, "megatron_core-*.whl")))
-        if not wheels:
-            self.skipTest(f"no megatron-core wheel in {WHEELS} (RECAP_MEGATRON_WHEELS)")
+        wheels = megatron_wheels(self)
         from recap_drivers.frameworks.torch.pipeline import stage_layers  # needs torch, as the driver does
 
         for wheel in wheels:

@@ -36,6 +36,19 @@ clean_replay() {  # ARGS...
   local rc=$?; cat clean.txt
   [ "$rc" -eq 0 ] || { tail -5 err.txt; fail "clean: exit $rc"; }
 }
+# The one counterexample a rank fuzz check wrote under found/ (its path left in $cx): PROPERTY is
+# incorrect when it is replayed under the rank fault FAULT, and passed without it.
+counterexample_replays() {  # FAULT PROPERTY
+  set -- "$1" "$2" found/*.json
+  [ "$#" -eq 3 ] && [ -f "$3" ] || { shift 2; fail "expected one corpus file, found: $*"; }
+  cx=$3
+  "$recap" replay --sut torch --backend sim "$cx" --property "$2" --worker-env "RECAP_RANK_FAULT=$1" > again.txt 2> err.txt
+  local rc=$?; cat again.txt
+  grep -Eq "^  $2 +incorrect" again.txt || fail "the replay did not reproduce it (exit $rc)"
+  "$recap" replay --sut torch --backend sim "$cx" --property "$2" > clean.txt 2> err.txt
+  rc=$?; cat clean.txt
+  grep -Eq "^  $2 +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
+}
 # The torch checks: skipped (77) where $RECAP_PYTHON (CMake: the drivers' interpreter) has no
 # torch, failed where RECAP_REQUIRE_TORCH is set (scripts/bootstrap.sh test, so CI).
 # A field of a report's first case ("first") or first counterexample ("found"), or of a case file
@@ -1202,15 +1215,8 @@ sut_torch_pp_fuzz_shrinks)
   "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(len(j["summary"]["failures"][0]["case"]["layers"]) != 2)' r.json ||
     fail "the counterexample did not shrink to one layer per stage"
   grep -q "diagnosis: a pipeline stage's gradients or parameters differ from the fp64 reference's" out.txt || fail "the diagnosis"
-  set -- found/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one corpus file, found: $*"
-  cx=$1
+  counterexample_replays pp-send-stale training
   [ "$(field "$cx" file pp)" = 2 ] || fail "$cx: not of pp 2"
-  "$recap" replay --sut torch --backend sim "$cx" --property training --worker-env RECAP_RANK_FAULT=pp-send-stale > again.txt 2> err.txt
-  rc=$?; cat again.txt
-  grep -Eq "^  training +incorrect" again.txt || fail "the replay did not reproduce it (exit $rc)"
-  "$recap" replay --sut torch --backend sim "$cx" --property training > clean.txt 2> err.txt
-  rc=$?; cat clean.txt
-  grep -Eq "^  training +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
   ;;
 sut_torch_vp_fuzz_shrinks)
   # recap fuzz --sut torch --ranks 2 draws vp from the group's hello (capabilities.vp) for pp cases.
@@ -1231,14 +1237,7 @@ sut_torch_vp_fuzz_shrinks)
     fail "the counterexample did not shrink to one layer per model chunk"
   grep -q "diagnosis: with virtual pipeline stages, the group's gradients differ from one rank's" out.txt || fail "the diagnosis"
   grep -q "vp=2" out.txt || fail "the classification does not count vp cases"
-  set -- found/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one corpus file, found: $*"
-  cx=$1
-  "$recap" replay --sut torch --backend sim "$cx" --property reference --worker-env RECAP_RANK_FAULT=vp-chunk-layers-contiguous > again.txt 2> err.txt
-  rc=$?; cat again.txt
-  grep -Eq "^  reference +incorrect" again.txt || fail "the replay did not reproduce it (exit $rc)"
-  "$recap" replay --sut torch --backend sim "$cx" --property reference > clean.txt 2> err.txt
-  rc=$?; cat clean.txt
-  grep -Eq "^  reference +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
+  counterexample_replays vp-chunk-layers-contiguous reference
   ;;
 sut_torch_dp_fuzz_shrinks)
   # recap fuzz --sut torch --ranks 2 draws dp from the group's hello (capabilities.dp), turning a
@@ -1259,14 +1258,7 @@ sut_torch_dp_fuzz_shrinks)
   [ "$(field r.json found tp)" = 1 ] && [ "$(field r.json found pp)" = 1 ] || fail "tp and pp must shrink away"
   grep -q "diagnosis: data-parallel replicas applied gradients that are not the sum over the replicas" out.txt || fail "the diagnosis"
   grep -q "dp=2" out.txt || fail "the classification does not count dp cases"
-  set -- found/*.json; [ "$#" -eq 1 ] && [ -f "$1" ] || fail "expected one corpus file, found: $*"
-  cx=$1
-  "$recap" replay --sut torch --backend sim "$cx" --property dp_grads_reduced --worker-env RECAP_RANK_FAULT=dp-grad-not-reduced > again.txt 2> err.txt
-  rc=$?; cat again.txt
-  grep -Eq "^  dp_grads_reduced +incorrect" again.txt || fail "the replay did not reproduce it (exit $rc)"
-  "$recap" replay --sut torch --backend sim "$cx" --property dp_grads_reduced > clean.txt 2> err.txt
-  rc=$?; cat clean.txt
-  grep -Eq "^  dp_grads_reduced +passed" clean.txt || fail "without the fault the counterexample should pass (exit $rc)"
+  counterexample_replays dp-grad-not-reduced dp_grads_reduced
   ;;
 sut_torch_planted_faults)
   # No verdict without evidence, on a real torch (CPU): planted driver faults (RECAP_DRIVER_FAULT,
