@@ -1130,7 +1130,8 @@ sut_torch_dp_faults)
   # any region: the replicas are seeded alike). Each planted fault is caught where the clean
   # run passed: dp-grad-not-reduced (dp_grads_reduced, and the fp64 training check on replica 1's
   # microbatch), dp-data-same (every replica reads replica 0's microbatches: the fp64 reference on
-  # replica 1's first microbatch, with dropout as without).
+  # replica 1's first microbatch, with dropout as without); and the mask checks, now comparing the
+  # ranks of one replica, still catch tp-seed-shared and dp-seed-per-rank on tp2-dp2-masks.
   py=${RECAP_PYTHON:-python3}
   need_torch "$py"
   tpdp="$src/tests/cli/data/tp2-dp2-grads.json"; ppdp="$src/tests/cli/data/pp2-dp2-grads.json"
@@ -1146,7 +1147,8 @@ sut_torch_dp_faults)
   validate_report clean.json
   all="grads_match_one_rank,dp_grads_reduced,tp_masks_differ,outside_masks_equal,reference,training"
   rank_faults_caught "$all" dp-grad-not-reduced:dp_grads_reduced,training:tpdp dp-data-same:grads_match_one_rank,reference:ppdp \
-    dp-data-same:reference:masks dp-data-same:reference:dpmasks
+    dp-data-same:reference:masks dp-data-same:reference:dpmasks tp-seed-shared:tp_masks_differ:masks \
+    dp-seed-per-rank:outside_masks_equal:masks
   ;;
 sut_torch_ranks_shrink_world)
   # --ranks 4 starts groups of 2 and 4 ranks (every divisor above 1) beside the one-rank worker, so
