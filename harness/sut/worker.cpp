@@ -244,10 +244,12 @@ training::RankGroupRun rank_group_of(const Message& m, size_t n) {
           if (f && rg.shard_dim[i] < 0) rg.replicated_grads[static_cast<size_t>(rank)][name] = f32_values(*f);
         }
       if (rg.dp > 1)
-        for (size_t i = 0; i < n; ++i)
-          for (const std::string& name : {"grad " + st + " " + std::to_string(i),
-                                         "grad " + st + " " + std::to_string(last_mb) + " " + std::to_string(i)})
-            if (const Frame* f = m.frame(name + at)) rg.replica_grads[static_cast<size_t>(rank)][name] = f32_values(*f);
+        for (size_t i = 0; i < n; ++i) {
+          const std::string name = "grad " + st + " " + std::to_string(i);
+          const Frame* applied = m.frame(name + at);
+          const Frame* own = m.frame("grad " + st + " " + std::to_string(last_mb) + " " + std::to_string(i) + at);
+          if (applied) rg.replica_grads[static_cast<size_t>(rank)][name] = {f32_values(*applied), own ? f32_values(*own) : std::vector<float>{}};
+        }
     }
   }
   return rg;

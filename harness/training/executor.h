@@ -90,12 +90,15 @@ struct RankGroupRun {
   // Per rank, the per-microbatch gradients ("grad <s> <mb> <i>") of parameters held whole
   // (shard_dim -1), from its `@<r>` frames: they must agree across ranks.
   std::vector<std::map<std::string, std::vector<float>>> replicated_grads;
-  // Data-parallel replicas (dp > 1): every rank's replica, and per rank its own `@<r>` gradients of
-  // every parameter it holds: its step gradients ("grad <s> <i>", summed over the replicas) and its
-  // last microbatch's accumulation ("grad <s> <mb> <i>", its replica's own sum).
+  // Data-parallel replicas (dp > 1): every rank's replica, and per rank, for every parameter it
+  // holds, keyed "grad <s> <i>", the step gradient it applied (summed over the replicas) and its
+  // replica's own sum (its last microbatch's accumulation), from its `@<r>` frames.
   int dp = 1;
   std::vector<int> replicas;
-  std::vector<std::map<std::string, std::vector<float>>> replica_grads;
+  struct ReplicaGrad {
+    std::vector<float> applied, own;
+  };
+  std::vector<std::map<std::string, ReplicaGrad>> replica_grads;
 };
 
 struct RunResult {

@@ -504,35 +504,31 @@ CheckResult dp_grads_reduced_check(const RunResult& r) {
   for (size_t rank = 0; rank < world; ++rank) {
     const std::vector<size_t> group = members(rank);
     const size_t peer = group.front();
-    for (const auto& [name, mine] : g.replica_grads[rank]) {
-      if (std::count(name.begin(), name.end(), ' ') != 2) continue;  // "grad <s> <i>": the step's gradient
+    for (const auto& [name, rg] : g.replica_grads[rank]) {
+      const std::vector<float>& mine = rg.applied;
       if (peer != rank) {  // every replica applies the same sum
         auto it = g.replica_grads[peer].find(name);
         if (it == g.replica_grads[peer].end())
           return bad(p, Disposition::Incorrect, "rank " + std::to_string(rank) + " (replica " + std::to_string(replica_of(g, rank)) +
                                                     ") sent '" + name + " @" + std::to_string(rank) + "', rank " +
                                                     std::to_string(peer) + " (replica 0) none");
+        const std::vector<float>& first = it->second.applied;
         ++tensors;
         elements += mine.size();
-        if (mine.size() != it->second.size() || (mine.size() && std::memcmp(mine.data(), it->second.data(), mine.size() * sizeof(float)) != 0))
+        if (mine.size() != first.size() || (mine.size() && std::memcmp(mine.data(), first.data(), mine.size() * sizeof(float)) != 0))
           return bad(p, Disposition::Incorrect,
                      "'" + name + "': rank " + std::to_string(rank) + " (replica " + std::to_string(replica_of(g, rank)) +
                          ") applied another gradient than rank " + std::to_string(peer) + " (replica 0), relative L2 " +
-                         g2(relative_l2(mine, it->second)) + ": the replicas' gradients were not summed over them");
+                         g2(relative_l2(mine, first)) + ": the replicas' gradients were not summed over them");
         continue;
       }
       // the sum of the replicas' own accumulations (each its last microbatch's), in double
-      const std::string step = name.substr(5, name.rfind(' ') - 5), index = name.substr(name.rfind(' ') + 1);
       std::vector<double> total(mine.size(), 0.0);
       for (size_t q : group) {
-        const std::vector<float>* part = nullptr;
-        for (const auto& [other, v] : g.replica_grads[q])
-          if (std::count(other.begin(), other.end(), ' ') == 3 && other.rfind("grad " + step + " ", 0) == 0 &&
-              other.substr(other.rfind(' ') + 1) == index)
-            part = &v;
-        if (!part || part->size() != mine.size())
+        auto it = g.replica_grads[q].find(name);
+        if (it == g.replica_grads[q].end() || it->second.own.size() != mine.size())
           return bad(p, Disposition::Incorrect, "rank " + std::to_string(q) + " sent no microbatch gradient of '" + name + "'");
-        for (size_t i = 0; i < total.size(); ++i) total[i] += (*part)[i];
+        for (size_t i = 0; i < total.size(); ++i) total[i] += it->second.own[i];
       }
       const std::vector<float> sum(total.begin(), total.end());
       const double e = relative_l2(mine, sum);

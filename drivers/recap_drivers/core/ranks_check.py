@@ -441,6 +441,12 @@ def dp_grads_reduced(h: Dict[str, Any], frames: Dict[str, Any], case: Dict[str, 
         parts = n.split(" @")
         if len(parts) == 2 and parts[1].isdigit() and int(parts[1]) < world and parts[0].startswith("grad "):
             own[int(parts[1])][parts[0]] = f
+    last: Dict[Tuple[int, str], int] = {}  # (rank, step) -> its last microbatch: its replica's own sum
+    for r in range(world):
+        for x in own[r]:
+            w = x.split()
+            if len(w) == 4:
+                last[(r, w[1])] = max(last.get((r, w[1]), -1), int(w[2]))
     worst = 0.0
     for r in range(world):
         peer = next(q for q in range(world) if stages[q] == stages[r] and q % tp == r % tp)  # replica 0's
@@ -464,11 +470,10 @@ def dp_grads_reduced(h: Dict[str, Any], frames: Dict[str, Any], case: Dict[str, 
             members = [q for q in range(world) if stages[q] == stages[r] and q % tp == r % tp]
             total: Optional[array] = None
             for q in members:
-                mbs = [int(x.split()[2]) for x in own[q] if len(x.split()) == 4 and x.split()[1] == w[1]
-                       and x.split()[3] == w[2]]
-                if not mbs:
+                part_frame = own[q].get(f"grad {w[1]} {last.get((q, w[1]), -1)} {w[2]}")
+                if part_frame is None:
                     return verdict(name, "failed", f"rank {q} sent no microbatch gradient of '{n}'", **ev)
-                part = _floats(own[q][f"grad {w[1]} {max(mbs)} {w[2]}"])
+                part = _floats(part_frame)
                 total = part if total is None else array("f", (a + b for a, b in zip(total, part)))
             assert total is not None
             e = rel_l2(f, _Raw(total))
