@@ -32,13 +32,12 @@ def installed(sut: str) -> Tuple[str, Optional[str]]:
         return "torch", None
 
 
-def make_rank(world: int, rank: int, device: str) -> Any:
+def make_rank(world: int, rank: int, device: str, sut: str, expect_version: str) -> Any:
     """A rank group's SUT: the leader's (rank < 0: it starts the other ranks) or rank r's."""
     import torch
 
     from .core.rank_args import parse_timeout
     from .core.ranks import Group, GroupSUT, child_argv, child_init
-    from .frameworks.torch.tensor_parallel import TorchRankSUT
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -47,11 +46,25 @@ def make_rank(world: int, rank: int, device: str) -> Any:
         torch.cuda.set_device(max(rank, 0) % torch.cuda.device_count())
     timeout, _ = parse_timeout()
     dev = torch.device(device)
+
+    def local(r: int) -> Any:
+        if sut == "megatron":
+            from .frameworks.megatron.ranks import MegatronRankSUT
+
+            return MegatronRankSUT(device, r, world, expect_version or None)
+        from .frameworks.torch.tensor_parallel import TorchRankSUT
+
+        return TorchRankSUT(device, r, world)
+
     if rank > 0:
         child_init(rank, world, dev, timeout)
-        return TorchRankSUT(device, rank, world)
-    group = Group(world, child_argv(world, device), dev, timeout)
-    return GroupSUT(TorchRankSUT(device, 0, world), group)
+        return local(rank)
+    group = Group(world, child_argv(world, device, sut), dev, timeout)
+    try:
+        return GroupSUT(local(0), group)
+    except BaseException:
+        group.kill()  # rank 0 could not start: its ranks must not outlive it
+        raise
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -64,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="refuse to start (exit 2) unless the framework's version is this one "
                          "(megatron: megatron-core's, exactly; torch: a prefix of torch.__version__)")
     ap.add_argument("--ranks", default="",
-                    help="a rank group of N >= 2 ranks, tensor-parallel (torch only; PROTOCOL.md, 'Rank groups')")
+                    help="a rank group of N >= 2 ranks (PROTOCOL.md, 'Rank groups')")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)  # a rank the leader started
     args = ap.parse_args(argv)
     world = 0
@@ -73,8 +86,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .core.rank_args import parse_ranks, parse_timeout
 
         world, problem = parse_ranks(args.ranks) if args.ranks else (0, "--rank needs --ranks")
-        if not problem and args.sut != "torch":
-            problem = f"--ranks: only --sut torch runs rank groups, not --sut {args.sut}"
         if not problem and args.rank >= world:
             problem = f"--rank {args.rank}: expected 1 .. {world - 1}"
         problem = problem or parse_timeout()[1] or rank_faults.PROBLEM
@@ -116,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     def make() -> Any:
         if world:
-            return make_rank(world, args.rank, args.device)
+            return make_rank(world, args.rank, args.device, args.sut, args.expect_version)
         if args.sut == "megatron":
             from .frameworks.megatron.sut import MegatronSUT
 

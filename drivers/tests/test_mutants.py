@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -119,6 +120,11 @@ class AgainstUnmutated(unittest.TestCase):
         cls.clean = cls.run_probe("")
 
 
+# the bug classes docs/recompute-and-rng.md numbers in its tables (section 3): "| N | ..." rows
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "recompute-and-rng.md")) as _f:
+    DOC_CLASSES = {int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", _f.read(), re.M)}
+
+
 class Table(unittest.TestCase):
     def test_at_least_ten_named_mutants_per_sut_with_classes(self):
         self.assertGreaterEqual(len(mutants.for_sut("torch")), 10)
@@ -126,7 +132,7 @@ class Table(unittest.TestCase):
         self.assertEqual(len(mutants.BY_NAME), len(mutants.MUTANTS), "names are unique")
         for m in mutants.MUTANTS:
             self.assertTrue(m.suts and set(m.suts) <= {"torch", "megatron"}, m.name)
-            self.assertTrue(1 <= m.bug_class <= 33, m.name)  # docs/recompute-and-rng.md section 3
+            self.assertIn(m.bug_class, DOC_CLASSES, m.name)  # docs/recompute-and-rng.md section 3
             self.assertIn(m.needs, ("", "cuda", "graphs", "ranks"))
             self.assertNotIn("\n", m.description)
 
@@ -332,8 +338,19 @@ class CheckpointFunction(torch.autograd.Function):
 class DistributedDataParallel:
     def __init__(self):
         self.zeroed = 0
+        self.synced = 0
     def zero_grad_buffer(self):
         self.zeroed += 1
+    def finish_grad_sync(self, force_all_reduce=False):
+        self.synced += 1
+
+SEEDS = {}
+def model_parallel_cuda_manual_seed(seed, te_rng_tracker=False, inference_rng_tracker=False,
+                                    use_cudagraphable_rng=False, tp_rank=None, ep_rank=None, etp_rank=None,
+                                    force_reset_rng=False):
+    if tp_rank is None:
+        tp_rank = 1  # this stand-in's rank: parallel_state.get_tensor_model_parallel_rank()
+    SEEDS["model-parallel-rng"] = seed + 2718 + tp_rank
 
 if drop:
     for cls in (CudaRNGStatesTracker, DistributedDataParallel):
@@ -342,6 +359,7 @@ if drop:
 rnd = types.ModuleType("megatron.core.tensor_parallel.random")
 rnd.CudaRNGStatesTracker, rnd.CheckpointFunction = CudaRNGStatesTracker, CheckpointFunction
 rnd.get_cuda_rng_tracker = lambda: TRACKER
+rnd.model_parallel_cuda_manual_seed = model_parallel_cuda_manual_seed
 ddp = types.ModuleType("megatron.core.distributed.distributed_data_parallel")
 ddp.DistributedDataParallel = DistributedDataParallel
 mods = {"megatron": types.ModuleType("megatron"), "megatron.core": types.ModuleType("megatron.core"),
@@ -350,6 +368,7 @@ mods = {"megatron": types.ModuleType("megatron"), "megatron.core": types.ModuleT
         "megatron.core.tensor_parallel.random": rnd,
         "megatron.core.distributed.distributed_data_parallel": ddp}
 mods["megatron.core.tensor_parallel"].random = rnd
+mods["megatron.core.tensor_parallel"].model_parallel_cuda_manual_seed = model_parallel_cuda_manual_seed
 mods["megatron.core.distributed"].distributed_data_parallel = ddp
 sys.modules.update(mods)
 
@@ -384,8 +403,12 @@ y = CheckpointFunction.apply(region, False, h)
 y.sum().backward()
 out["recompute_mask_equal"] = len(masks) == 2 and torch.equal(masks[0], masks[1])
 out["input_grad"] = x0.grad is not None
-d = DistributedDataParallel(); d.zero_grad_buffer()
+d = DistributedDataParallel(); d.zero_grad_buffer(); d.finish_grad_sync()
 out["zeroed"] = d.zeroed
+out["synced"] = d.synced
+# the tracker seed of tensor-parallel rank 1, called as the driver calls it (the package's name)
+sys.modules["megatron.core.tensor_parallel"].model_parallel_cuda_manual_seed(10, use_cudagraphable_rng=False)
+out["tracker_seed"] = SEEDS["model-parallel-rng"]
 print(json.dumps(out))
 """
 
@@ -405,7 +428,8 @@ class MegatronMutantsOnAStub(AgainstUnmutated):
 
     def test_the_stub_is_right_without_a_mutant(self):
         self.assertEqual(self.clean, {"forks_differ": True, "get_states_is_live": False,
-                                      "recompute_mask_equal": True, "input_grad": True, "zeroed": 1})
+                                      "recompute_mask_equal": True, "input_grad": True, "zeroed": 1, "synced": 1,
+                                      "tracker_seed": 10 + 2718 + 1})
 
     def changed(self, name: str) -> dict:
         r = fake_mcore(name)
@@ -427,6 +451,12 @@ class MegatronMutantsOnAStub(AgainstUnmutated):
     def test_grad_buffer_not_zeroed(self):
         self.assertEqual(self.changed("mcore-grad-buffer-not-zeroed"), {"zeroed": 0})
 
+    def test_tp_seed_shared_seeds_rank_1_as_rank_0(self):
+        self.assertEqual(self.changed("mcore-tp-seed-shared"), {"tracker_seed": 10 + 2718})
+
+    def test_dp_grads_not_reduced_skips_the_sync(self):
+        self.assertEqual(self.changed("mcore-dp-grads-not-reduced"), {"synced": 0})
+
     def test_param_grad_lost_keeps_masks_and_input_grads(self):
         self.assertEqual(self.changed("mcore-param-grad-lost"), {})  # weights only: the stub checks none
 
@@ -434,7 +464,8 @@ class MegatronMutantsOnAStub(AgainstUnmutated):
         for name, drop in (("mcore-tracker-states-live", "get_states"),
                            ("mcore-fork-not-advancing", "fork"),
                            ("mcore-recompute-default-generator", "fork"),
-                           ("mcore-grad-buffer-not-zeroed", "zero_grad_buffer")):
+                           ("mcore-grad-buffer-not-zeroed", "zero_grad_buffer"),
+                           ("mcore-dp-grads-not-reduced", "finish_grad_sync")):
             r = fake_mcore(name, drop)
             self.assertIn("refused", r, name)
             self.assertIn(drop, r["refused"])

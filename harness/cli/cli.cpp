@@ -56,8 +56,8 @@ void add_sut_options(CLI::App& cmd, SutFlags* f) {
                                                   : std::string();
       });
   cmd.add_option("--ranks", f->ranks,
-                 "Also start rank groups of n ranks for every divisor n > 1 of N (2..64; --sut torch only, on gloo on the "
-                 "CPU): cases whose tp * pp * dp is n run on that group (tp, pp, tp inside pp, sp, vp, dp; a failure shrinks toward the "
+                 "Also start rank groups of n ranks for every divisor n > 1 of N (2..64; --sut torch, on gloo on the "
+                 "CPU, or --sut megatron, on CUDA): cases whose tp * pp * dp is n run on that group (tp, pp, tp inside pp, sp, vp, dp; a failure shrinks toward the "
                  "smallest group), tp 1 pp 1 on the ordinary worker, and the cross-rank properties are judged "
                  "(drivers/PROTOCOL.md, \"Rank groups\")")
       ->check(CLI::Range(2, 64));
@@ -128,8 +128,8 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
   if (std::string err = parse_sut(text, &c); !err.empty()) throw UsageError("--sut: " + err);
   SystemUnderTest s;
   s.kind = c.kind;
-  if (f.ranks > 0 && c.kind != "torch")
-    throw UsageError("--ranks: rank groups run on --sut torch only, not --sut " + text);
+  if (f.ranks > 0 && c.kind != "torch" && c.kind != "megatron")
+    throw UsageError("--ranks: rank groups run on --sut torch and --sut megatron, not --sut " + text);
   std::optional<sut::Capabilities> group_caps;  // --ranks: the group's
   if (c.kind == "recap") {
     if (f.case_timeout > 0)

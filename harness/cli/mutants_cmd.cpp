@@ -168,7 +168,7 @@ int framework_mutants(const MutantsArgs& a);
 int mutants(const MutantsArgs& a) {
   if (a.sut.sut != "recap" && a.sut.sut != "recap-worker") return framework_mutants(a);  // --ranks: make_sut checks it
   if (a.sut.ranks > 0)
-    throw UsageError("--ranks: recap's own fault points run on its runtime, which runs one rank (rank groups: --sut torch)");
+    throw UsageError("--ranks: recap's own fault points run on its runtime, which runs one rank (rank groups: --sut torch or --sut megatron)");
   if (!a.mutants.empty() || !a.known_findings.empty())
     throw UsageError(std::string(!a.mutants.empty() ? "--mutant" : "--known-findings") +
                      ": framework mutants need --sut torch or --sut megatron (recap's own are --fault)");

@@ -301,7 +301,7 @@ int replay(const ReplayArgs& a) {
     if (!mutants[i].empty()) suts[i] += " with mutant " + mutants[i];
     // A case of tp N (or pp N) found on a rank group replays on one (its --ranks N) without being told
     const int ranks = specs[i].ranks();
-    const bool group = a.sut.ranks == 0 && ranks > 1 && suts[i].rfind("torch", 0) == 0;
+    const bool group = a.sut.ranks == 0 && ranks > 1 && (suts[i].rfind("torch", 0) == 0 || suts[i].rfind("megatron", 0) == 0);
     if (group) suts[i] += " --ranks " + std::to_string(ranks);
     if (systems.count(suts[i])) continue;
     SutFlags f = a.sut;

@@ -514,10 +514,10 @@ def merge(replies: List[Tuple[Dict[str, Any], List[Frame]]], shapes: List[Tuple[
     return base, out
 
 
-def child_argv(world: int, device: str) -> Callable[[int], List[str]]:
+def child_argv(world: int, device: str, sut: str = "torch") -> Callable[[int], List[str]]:
     """The command of rank r: this package again, as a rank of the group."""
     def argv(r: int) -> List[str]:
-        return [sys.executable, "-m", "recap_drivers", "--sut", "torch", "--device", device, "--ranks", str(world),
+        return [sys.executable, "-m", "recap_drivers", "--sut", sut, "--device", device, "--ranks", str(world),
                 "--rank", str(r)]
     return argv
 

@@ -196,6 +196,11 @@ class Runner:
             for p in self.params:
                 p.add_(p.grad, alpha=-self.case.lr)
 
+    def applied_grads(self) -> List[torch.Tensor]:
+        """The gradients the step's update applied, where they are not its last microbatch's
+        accumulation (a data-parallel replica's, summed over the replicas), in recap's layout; else none."""
+        return [p.grad for p in self.params] if self.reduce_grads is not None else []
+
     def timed_step(self, work: Callable[[], List[Any]]) -> List[Any]:
         """Runs a step's work; while measuring, timed between two CUDA events on the current stream
         (the host clock on the CPU), with the allocator's peaks over it."""
@@ -231,7 +236,7 @@ class Runner:
         live = [l.detach().reshape(()) for l in losses if l is not None]
         rows = [[g.detach().float() for g in row] for row in self.gbuf]
         # a data-parallel replica reports the gradients the update applied (summed over the replicas)
-        reduced = [p.grad.detach().float() for p in self.params] if self.reduce_grads is not None else []
+        reduced = [g.detach().float() for g in self.applied_grads()]
         on_device = live + [g for row in rows for g in row] + reduced + \
             [(layout(i, p.detach()) if layout else p.detach()).float() for i, p in enumerate(self.params)]
         host = iter(download.to_host(on_device))  # one copy per dtype: one wait for the GPU, not hundreds

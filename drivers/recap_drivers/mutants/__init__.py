@@ -20,7 +20,7 @@ Modules: this one (how a worker names, lists and installs a mutant; the table is
 `needs`: what the worker must have for the mutant to be reachable at all: "" (any device, the eager
 executor on the CPU), "cuda" (a CUDA generator), "graphs" (CUDA graphs), "ranks" (a rank group, whose
 hello lists capabilities.tp: recap mutants --ranks N); megatron-core needs CUDA for everything, so
-its mutants need "cuda".
+its mutants need "cuda" (and its rank groups' "ranks" mutants a GPU too: `cpu` is false for them).
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from .distributed import install_all_gather_reversed, install_all_reduce_skipped
 from .megatron import (
     install_mcore_cuda_rng_not_restored,
+    install_mcore_dp_grads_not_reduced,
     install_mcore_fork_not_advancing,
     install_mcore_grad_buffer_not_zeroed,
     install_mcore_recompute,
     install_mcore_recompute_default_generator,
+    install_mcore_tp_seed_shared,
     install_mcore_tracker_not_restored,
     install_mcore_tracker_states_live,
     mcore_shift_then_run,
@@ -75,7 +77,8 @@ class Mutant:
 
     @property
     def cpu(self) -> bool:
-        return self.needs in ("", "ranks")  # a rank group runs on the CPU with gloo
+        # a torch rank group runs on the CPU with gloo; megatron-core needs CUDA for everything
+        return self.needs in ("", "ranks") and self.suts != ("megatron",)
 
 
 # ---- the table -------------------------------------------------------------------------------
@@ -87,7 +90,8 @@ _INSTALLS: Dict[str, Callable[..., None]] = {f.__name__: f for f in (
     install_replay_rng_frozen, install_static_input_stale, install_warmup_mutates_params,
     install_mcore_tracker_not_restored, install_mcore_cuda_rng_not_restored, install_mcore_recompute,
     install_mcore_tracker_states_live, install_mcore_recompute_default_generator, install_mcore_fork_not_advancing,
-    install_mcore_grad_buffer_not_zeroed, install_all_reduce_skipped, install_all_gather_reversed)}
+    install_mcore_grad_buffer_not_zeroed, install_all_reduce_skipped, install_all_gather_reversed,
+    install_mcore_tp_seed_shared, install_mcore_dp_grads_not_reduced)}
 _HOOKS: Dict[str, Hook] = {f.__name__: f for f in (
     fresh_generator_then_run, shift_then_run, recompute_without_param_grads, recompute_inputs_detached,
     mcore_shift_then_run)}

@@ -206,3 +206,47 @@ def install_mcore_grad_buffer_not_zeroed() -> None:
 
     setattr(zero_grad_buffer, "recap_mutant", True)
     cls.zero_grad_buffer = zero_grad_buffer
+
+
+# ---- megatron-core rank groups (needs "ranks": frameworks/megatron/ranks.py) -------------------
+
+
+def install_mcore_tp_seed_shared() -> None:
+    """model_parallel_cuda_manual_seed seeds every tensor-parallel rank's 'model-parallel-rng' as
+    rank 0's (its tp_rank argument forced to 0): dropout inside tensor-parallel regions draws equal
+    masks on every rank (bug class 30)."""
+    import megatron.core.tensor_parallel as tp_pkg
+
+    r = _mcore_random()
+    orig = getattr(r, "model_parallel_cuda_manual_seed", None)
+    if orig is None or "tp_rank" not in orig.__code__.co_varnames:
+        raise RuntimeError("megatron.core.tensor_parallel.random.model_parallel_cuda_manual_seed has no tp_rank argument")
+
+    def seeded(*args: Any, **kwargs: Any) -> Any:
+        kwargs["tp_rank"] = 0
+        return orig(*args, **kwargs)
+
+    setattr(seeded, "recap_mutant", True)
+    r.model_parallel_cuda_manual_seed = seeded
+    if getattr(tp_pkg, "model_parallel_cuda_manual_seed", None) is orig:  # the package's re-export
+        tp_pkg.model_parallel_cuda_manual_seed = seeded
+
+
+def install_mcore_dp_grads_not_reduced() -> None:
+    """DistributedDataParallel.finish_grad_sync does nothing: finalize_model_grads never all-reduces
+    the grad buffers over the data-parallel group, each replica applies its own shard's gradient
+    (bug class 34)."""
+    try:
+        from megatron.core.distributed import distributed_data_parallel as d
+    except ImportError as e:
+        raise RuntimeError(f"megatron.core.distributed.distributed_data_parallel: {e}".splitlines()[0])
+    cls = getattr(d, "DistributedDataParallel", None)
+    if cls is None:
+        raise RuntimeError("megatron.core.distributed has no DistributedDataParallel")
+    _own(cls, "finish_grad_sync")
+
+    def finish_grad_sync(self: Any, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    setattr(finish_grad_sync, "recap_mutant", True)
+    cls.finish_grad_sync = finish_grad_sync

@@ -33,7 +33,7 @@ class Api:
 
     def __init__(self) -> None:
         from megatron.core import full_cuda_graph, parallel_state, tensor_parallel
-        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
         from megatron.core.enums import ModelType
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
         from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -43,6 +43,7 @@ class Api:
         from megatron.core.transformer.transformer_layer import TransformerLayer
 
         self.DDP, self.DDPConfig = DistributedDataParallel, DistributedDataParallelConfig
+        self.finalize_model_grads = finalize_model_grads  # a rank group's (ranks.py)
         self.parallel_state, self.tensor_parallel = parallel_state, tensor_parallel
         self.cuda_graphs, self.full_cuda_graph = cuda_graphs, full_cuda_graph
         self.ModelType, self.local_spec = ModelType, get_gpt_layer_local_spec
@@ -65,6 +66,9 @@ KNOWN_REFUSALS = [
     ("RNG tracker does not support cudagraphs!", "generator host with CUDA graphs"),
     # CudaGraphManager.__init__, 0.15.3: the environment's allocator configuration
     ("expandable_segments:True may not be safe when using CUDA Graphs", "PYTORCH_CUDA_ALLOC_CONF"),
+    # WrappedTorchNorm.__new__ (megatron/core/transformer/torch_norm.py, 0.15.3 and 0.19): the local
+    # spec's norm without apex refuses sequence_parallel (a rank group's sp case, ranks.py)
+    ("sequence parallel not supported by torch LayerNorm", "sp without apex"),
 ]
 
 

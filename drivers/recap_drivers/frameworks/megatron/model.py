@@ -13,6 +13,7 @@ import torch.nn as nn
 from ... import case as case_mod
 from ...core import layers as layers_mod
 from .api import Api
+from .shards import Shard, block_shards, shard_row
 
 
 class MegatronCheckpoint(layers_mod.Checkpoint):
@@ -77,33 +78,29 @@ class BlockLayer(layers_mod.Observed, nn.Module):
         return _first(self.layer(hidden_states=h, attention_mask=None))
 
 
-def _qkv_rows(hidden: int, heads: int) -> torch.Tensor:
-    """Megatron's linear_qkv row r holds recap's row perm[r]: Megatron interleaves per head
-    [q(dh) k(dh) v(dh)] (num_query_groups = heads), recap stacks [q | k | v] by columns blocks."""
-    dh = hidden // heads
-    perm = []
-    for n in range(heads):
-        for part in range(3):
-            for d in range(dh):
-                perm.append(part * hidden + n * dh + d)
-    return torch.tensor(perm, dtype=torch.long)
-
-
 class MegatronModel(layers_mod.RecapParamList):
     """The stack as the `model` forward_backward_func drives, with recap's parameter list."""
 
     def __init__(self, api: Api, c: case_mod.Case, device: torch.device, configs: List[Any],
-                 graphed_layers: List[bool]) -> None:
+                 graphed_layers: List[bool], tp: int = 1, tp_rank: int = 0, sp: bool = False) -> None:
         super().__init__()
         self.api = api
         self.case = c
+        # a rank of a tensor-parallel group (frameworks/megatron/ranks.py): its blocks hold their
+        # part of each split parameter (shards.py); with sp the layers run on its rows
+        self.tp, self.tp_rank, self.sp = tp, tp_rank, sp
+        self.device = device
+        self.every: List[List[Optional[Shard]]] = []  # per parameter: every rank's Shard
         self.config = configs[model_config_index(graphed_layers)] if configs else None
         self.model_type = api.ModelType.encoder_or_decoder
         SmallLayer = _make_small_layer_class(api)
         self.layers = nn.ModuleList()
         self.graphable = nn.ModuleList()  # the Megatron modules that own a CudaGraphManager
         self.named: List[Tuple[str, nn.Parameter]] = []
-        self.loaders: List[Any] = []
+        # per parameter: None (held whole, in recap's order) or (dim, index, positions): the
+        # rank's indices of recap's parameter along dim, and where each goes in recap's order
+        # (None: already in it)
+        self.loaders: List[Optional[Tuple[int, torch.Tensor, Optional[torch.Tensor]]]] = []
         dt = layers_mod.TORCH_DTYPES[c.dtype]
         for i, l in enumerate(c.layers):
             name = f"{l.kind}{i}"
@@ -118,7 +115,7 @@ class MegatronModel(layers_mod.RecapParamList):
                 tl.recap_layer = name
                 self.layers.append(BlockLayer(api, tl, name, l.checkpoint == "full"))
                 self.graphable.append(tl)
-                self._block_params(name, tl, c.hidden, l.heads)
+                self._block_params(name, tl, c.hidden, l.heads, c.ffn(l))
             else:
                 wrap = layers_mod.make_wrap(c, i, lambda m: MegatronCheckpoint(api, m))
                 inner = layers_mod.build_layer(c, i, device, wrap).inner
@@ -132,43 +129,57 @@ class MegatronModel(layers_mod.RecapParamList):
                 for n, p in layers_mod.recap_params_of(inner):
                     self.named.append((n, p))
                     self.loaders.append(None)
+                    self.every.append([None] * tp)
         # forward_backward_func's set_current_microbatch looks for model.decoder.layers
         self.decoder = _Decoder(self.graphable)
 
-    def _block_params(self, name: str, tl: Any, hidden: int, heads: int) -> None:  # tl: a TransformerLayer
+    def _block_params(self, name: str, tl: Any, hidden: int, heads: int, ffn: int) -> None:  # tl: a TransformerLayer
         sa, mlp = tl.self_attention, tl.mlp
-        rows = _qkv_rows(hidden, heads).to(tl.input_layernorm.weight.device)
         table = [
-            (".ln1.weight", tl.input_layernorm.weight, None), (".ln1.bias", tl.input_layernorm.bias, None),
-            (".attn.qkv.weight", sa.linear_qkv.weight, rows), (".attn.qkv.bias", sa.linear_qkv.bias, rows),
-            (".attn.proj.weight", sa.linear_proj.weight, None), (".attn.proj.bias", sa.linear_proj.bias, None),
-            (".ln2.weight", tl.pre_mlp_layernorm.weight, None), (".ln2.bias", tl.pre_mlp_layernorm.bias, None),
-            (".mlp.fc1.weight", mlp.linear_fc1.weight, None), (".mlp.fc1.bias", mlp.linear_fc1.bias, None),
-            (".mlp.fc2.weight", mlp.linear_fc2.weight, None), (".mlp.fc2.bias", mlp.linear_fc2.bias, None),
+            (".ln1.weight", tl.input_layernorm.weight), (".ln1.bias", tl.input_layernorm.bias),
+            (".attn.qkv.weight", sa.linear_qkv.weight), (".attn.qkv.bias", sa.linear_qkv.bias),
+            (".attn.proj.weight", sa.linear_proj.weight), (".attn.proj.bias", sa.linear_proj.bias),
+            (".ln2.weight", tl.pre_mlp_layernorm.weight), (".ln2.bias", tl.pre_mlp_layernorm.bias),
+            (".mlp.fc1.weight", mlp.linear_fc1.weight), (".mlp.fc1.bias", mlp.linear_fc1.bias),
+            (".mlp.fc2.weight", mlp.linear_fc2.weight), (".mlp.fc2.bias", mlp.linear_fc2.bias),
         ]
-        for suffix, p, perm in table:
+        every = [block_shards(hidden, heads, ffn, self.tp, r) for r in range(self.tp)]
+        for suffix, p in table:
             self.named.append((name + suffix, p))
-            self.loaders.append(perm)
+            self.every.append([e[suffix] for e in every])
+            mine = every[self.tp_rank][suffix]
+            if mine is None:
+                self.loaders.append(None)
+                continue
+            index = torch.tensor(mine.index, dtype=torch.long, device=self.device)
+            pos = None if mine.in_order() else torch.tensor(mine.positions(), dtype=torch.long, device=self.device)
+            self.loaders.append((mine.dim, index, pos))
+
+    def shard_table(self) -> List[Dict[str, Any]]:
+        """Per parameter (recap's index): the split dimension and every rank's ranges, or dim None
+        (the rank group's `shards`, PROTOCOL.md "Rank groups")."""
+        return [shard_row(i, e) for i, e in enumerate(self.every)]
 
     def layer_params(self, i: int) -> List[nn.Parameter]:
         return []
 
     def load(self, values: Dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
-            for (n, p), perm in zip(self.named, self.loaders):
+            for (n, p), ld in zip(self.named, self.loaders):
                 v = values[n].to(p.device)
-                if perm is not None:
-                    v = v.index_select(0, perm)
+                if ld is not None:
+                    v = v.index_select(ld[0], ld[1])
                 p.copy_(v.to(p.dtype))
 
-    # A gradient or value of parameter i in recap's layout (qkv rows back in recap's order): what
-    # the observation reports for both (the parameters too: the fp64 training oracle loads them)
+    # A gradient or value of parameter i in recap's layout (qkv rows back in recap's order; a
+    # rank's part in recap's order): what the observation reports for both (the parameters too:
+    # the fp64 training oracle loads them)
     def recap_layout(self, i: int, g: torch.Tensor) -> torch.Tensor:
-        perm = self.loaders[i]
-        if perm is None:
+        ld = self.loaders[i]
+        if ld is None or ld[2] is None:
             return g
         out = torch.empty_like(g)
-        out.index_copy_(0, perm, g)  # perm lives on the device: this may run inside a capture
+        out.index_copy_(ld[0], ld[2], g)  # on the device: this may run inside a capture
         return out
 
     def set_input_tensor(self, tensor: Optional[torch.Tensor]) -> None:  # one pipeline stage: nothing comes from a previous one
@@ -176,9 +187,24 @@ class MegatronModel(layers_mod.RecapParamList):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, h] in and out, [T, 1, h] between the layers
         h = x.unsqueeze(1)
+        if not self.sp:
+            return self._layers(h).squeeze(1)
+        # sequence parallel: each rank runs its rows between the first and the last layer, as
+        # GPTModel's embedding scatters them and its output layer gathers them; the loss is on
+        # the whole output on every rank, so the gather's backward takes the rank's rows
+        # (tensor_parallel_output_grad=False), not a reduce-scatter of equal gradients
+        tp = self.api.tensor_parallel
+        h = tp.scatter_to_sequence_parallel_region(h)
+        # TransformerBlock.forward runs its layers inside the tracker's fork when sequence_parallel
+        # is set: dropout on a rank's rows draws from the rank's own state
+        with tp.get_cuda_rng_tracker().fork():
+            h = self._layers(h)
+        return tp.gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=False).squeeze(1)
+
+    def _layers(self, h: torch.Tensor) -> torch.Tensor:
         for l in self.layers:
             h = _first(l(hidden_states=h)) if isinstance(l, self.api.GraphableMegatronModule) else l(h)
-        return h.squeeze(1)
+        return h
 
 
 def model_config_index(graphed_layers: List[bool]) -> int:

@@ -62,16 +62,22 @@ class MegatronRunner(Runner):
         self.build_done = False
         self.rng_after_backwards: Optional[list] = None
         self._cur_mb = -1
+        self.copied_last = False  # the step's last microbatch's gradients are in gbuf already
         for cfg in configs:
             cfg.finalize_model_grads_func = self._after_backwards
         self.pos.set(phase="", pass_="", layer="", microbatch=-1, step=-1)
 
+    def parallel(self) -> Dict[str, Any]:
+        """The model's place in a tensor-parallel group (MegatronModel's tp, tp_rank, sp): one rank here."""
+        return {}
+
     def make_model(self) -> MegatronModel:
         c = self.case
+        # on a rank of a group, parallel_state says its tensor-parallel rank (the tracker's seed)
         self.api.tensor_parallel.model_parallel_cuda_manual_seed(
             c.seed_rng, use_cudagraphable_rng=(c.generator == "graph-safe"), force_reset_rng=True)
         try:
-            model = MegatronModel(self.api, c, self.dev, self.configs, self.graphed_layers)
+            model = MegatronModel(self.api, c, self.dev, self.configs, self.graphed_layers, **self.parallel())
         except Exception as e:
             if known_refusal(e):  # documented: skipped with Megatron's words
                 raise refused(self.sut.version, e) from None
@@ -112,7 +118,7 @@ class MegatronRunner(Runner):
         if self.case.executor == "per-layer" and not self.build_started and any(self.graphed_layers):
             self.build_started = True
             self.rng_after_backwards = rng_values(self.api)
-            self._copy_grads(self._cur_mb)
+            self._copy_last()
             self.begin_build(self.pos.step)
             self.obs.microbatch = -1
             self.spans.begin(self)
@@ -123,9 +129,16 @@ class MegatronRunner(Runner):
         for i, p in enumerate(self.params):
             self.gbuf[m][i].copy_(self.model.recap_layout(i, p.main_grad))
 
+    def _copy_last(self) -> None:
+        """The step's last microbatch's gradients, once (before anything reduces them)."""
+        if not self.copied_last:
+            self._copy_grads(self._cur_mb)
+            self.copied_last = True
+
     def body(self, call_layer: CallLayer) -> List[Any]:
         c = self.case
         self.ddp.zero_grad_buffer()
+        self.copied_last = False
         losses: List[Optional[torch.Tensor]] = [None] * c.microbatches
         state = {"m": -1, "peak": 0}
         self._cur_mb = -1
@@ -177,7 +190,7 @@ class MegatronRunner(Runner):
         last = state["m"]
         if graphs_replay:
             self.obs.snapshot_graph_keys(last)
-        if not self.build_started or self.build_done or self.case.executor != "per-layer":
+        if not self.copied_last:  # (the step that began building graphs copied them before)
             self._copy_grads(last)
         if self.build_started and not self.build_done:
             self._end_megatron_build()

@@ -151,6 +151,7 @@ class MegatronSUT(SUT):
                 else:
                     kw["cuda_graph_impl"] = "local"
                     kw["cuda_graph_scope"] = "full_iteration"
+            kw.update(self.parallel_config(c))
             kw = {k: v for k, v in kw.items() if k in api.fields}
             try:
                 cfg = api.TransformerConfig(**kw)
@@ -160,6 +161,10 @@ class MegatronSUT(SUT):
             out.append(cfg)
             graphed.append(g)
         return out, graphed, ""
+
+    def parallel_config(self, c: case_mod.Case) -> Dict[str, Any]:
+        """TransformerConfig's parallelism fields (a rank group's, frameworks/megatron/ranks.py): none here."""
+        return {}
 
     def why_skipped(self, c: case_mod.Case) -> str:
         if c.faults:

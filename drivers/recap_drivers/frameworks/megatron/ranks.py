@@ -1,0 +1,219 @@
+"""megatron-core's rank groups (PROTOCOL.md, "Rank groups"): `python3 -m recap_drivers --sut
+megatron --ranks N` is one worker of N ranks, started and gathered as the torch driver's groups are
+(core/ranks.py: rank 0 speaks the protocol, the others answer it over pipes). Here megatron-core
+itself splits the model and talks between the ranks; the driver only says how the group is laid out.
+
+Layout. Each run request names tp and dp (tp * dp == N; pp 1). Before a case whose layout differs
+from the last one, every rank calls parallel_state.destroy_model_parallel() and
+initialize_model_parallel(tensor_model_parallel_size=tp) (collective: every rank does it for the
+same request), so megatron's groups are megatron's own, in its "tp-cp-ep-dp-pp" order
+(frameworks/torch/data_parallel.py Layout is the same order). The process group is the leader's:
+nccl with a GPU per rank, else gloo over CUDA tensors (core/ranks.py backend_for): on one GPU
+megatron's tensor-parallel all-reduces run over gloo, which cannot run inside a CUDA graph, so
+there a group runs eager cases only.
+
+What a rank runs is what a megatron-core user's rank runs: TransformerConfig with
+tensor_model_parallel_size and sequence_parallel, TransformerLayer (local spec) splitting its own
+linear layers, model_parallel_cuda_manual_seed reading the rank from parallel_state (the tracker's
+'model-parallel-rng' differs per tensor-parallel rank; the default generator is equal), Megatron's
+DistributedDataParallel over parallel_state's data-parallel group, forward_backward_no_pipelining,
+and megatron's own finalize_model_grads after the backwards: the data-parallel all-reduce (a sum,
+with calculate_per_token_loss, as recap's loss sums its microbatches) and, with sequence
+parallelism, the layernorm and row-parallel bias gradients summed over the tensor-parallel group.
+It is called without num_tokens: recap's loss is never divided by a token count, on one rank or
+many (the one-rank driver does not call it at all: on one rank it does nothing else).
+
+Observation, beside megatron's run and without changing it:
+  - each rank loads its part of recap's parameters and reports its part of every gradient in
+    recap's order (shards.py), with the group's shard table (`rank_shards`);
+  - draws inside tensor-parallel regions (`rank_tp_sites`): a block's attention dropout (in
+    DotProductAttention under the tracker's fork), and with sequence parallelism every draw (the
+    layers run inside the fork, as TransformerBlock runs them);
+  - with sequence parallelism a microbatch's gradient of a parameter megatron marks
+    `sequence_parallel` is the rank's rows' part until finalize_model_grads sums it: the copy
+    recap reports per microbatch is summed over the tensor-parallel group (a collective on recap's
+    copy, not on megatron's gradient), so every reported gradient is the whole one;
+  - a data-parallel replica runs its microbatches (frameworks/torch/data_parallel.py local_case,
+    local_data: megatron's data iterators give each replica its shard) and reports, per
+    microbatch, its own accumulation (copied before finalize_model_grads) and, for the step, the
+    gradients megatron's finalize left in main_grad (`rank_dp`).
+
+Not built: pipeline stages (pp > 1: forward_backward_pipelining_*, point-to-point over
+megatron's p2p_communication), recap's smaller layer kinds with parameters inside a
+tensor-parallel group (only `block` is megatron's own tensor-parallel module), full-iteration
+graphs on a group.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from ... import case as case_mod
+from ...core.ranks import backend_for
+from ...core.records import RunData
+from ..torch.data_parallel import Layout, dp_problem, local_case, local_data
+from .runner import MegatronRunner
+from .sut import MegatronSUT
+
+# recap's kinds a tensor-parallel megatron group runs beside `block`: without parameters, or
+# replicated whole on every rank (norms, not with sequence parallelism: a rank sees its rows only)
+REPLICATED_KINDS = ("gelu", "dropout")
+REPLICATED_WITHOUT_SP = ("layernorm", "rmsnorm")
+
+
+def group_sizes(world: int) -> List[int]:
+    return [d for d in range(2, world + 1) if world % d == 0]
+
+
+def megatron_tp_problem(c: case_mod.Case, tp: int) -> str:
+    """"" when megatron-core's tensor-parallel layers split the case over tp ranks, else one line."""
+    for i, l in enumerate(c.layers):
+        name = f"{l.kind}{i}"
+        if l.kind == "block":
+            if l.heads % tp:
+                return f"tp {tp}: {name} has {l.heads} heads, not a multiple of {tp}"
+            if c.ffn(l) % tp:
+                return f"tp {tp}: {name}'s ffn width {c.ffn(l)} is not a multiple of {tp}"
+        elif l.kind in REPLICATED_WITHOUT_SP and c.sp:
+            return (f"sp with tp {tp}: {name} ({l.kind}) would be a replicated norm on a rank's rows; only "
+                    "`block` (TransformerLayer) marks its norms sequence_parallel here")
+        elif l.kind not in REPLICATED_KINDS + REPLICATED_WITHOUT_SP:
+            return (f"tp {tp}: {name} ({l.kind}) is recap's own module, not a megatron-core tensor-parallel one "
+                    "(a megatron rank group splits `block` layers, TransformerLayer)")
+    if c.sp and c.tokens % tp:
+        return f"sp with tp {tp}: tokens {c.tokens} is not a multiple of {tp} (each rank holds tokens / tp rows)"
+    return ""
+
+
+def tp_sites(c: case_mod.Case, sp: bool) -> List[str]:
+    """The draw sites inside tensor-parallel regions: every one with sequence parallelism, else a
+    block's attention dropout."""
+    return [s.layer for s in case_mod.drop_sites(c)
+            if sp or (c.layers[s.top].kind == "block" and s.op == "attn_dropout")]
+
+
+class MegatronRankRunner(MegatronRunner):
+    """One rank's run of a case in a megatron-core group (tp x dp, this module's docstring)."""
+
+    def __init__(self, sut: Any, c: case_mod.Case, data: RunData, configs: List[Any], graphed: List[bool],
+                 lay: Layout) -> None:
+        self.layout = lay
+        self.sp_params: List[int] = []
+        super().__init__(sut, c, data, configs, graphed)
+        self.tp_group = self.api.parallel_state.get_tensor_model_parallel_group()
+        if c.sp:
+            self.sp_params = [i for i, p in enumerate(self.params) if getattr(p, "sequence_parallel", False)]
+
+    def parallel(self) -> Dict[str, Any]:
+        return {"tp": self.layout.tp, "tp_rank": self.layout.tp_rank, "sp": self.case.sp}
+
+    def _copy_grads(self, m: int) -> None:
+        super()._copy_grads(m)
+        if m >= 0:
+            for i in self.sp_params:  # recap's copy of the rank's rows' part, summed (docstring)
+                dist.all_reduce(self.gbuf[m][i], group=self.tp_group)
+
+    def _after_backwards(self, *args: Any, **kwargs: Any) -> None:
+        """finalize_model_grads_func: the last microbatch's own gradients first, then megatron's
+        finalize_model_grads (as Megatron-LM's training sets it), then the one-rank driver's work."""
+        self._copy_last()
+        model = args[0] if args else kwargs["model"]
+        extra = {"pg_collection": kwargs["pg_collection"]} if kwargs.get("pg_collection") is not None else {}
+        self.api.finalize_model_grads(model, None, **extra)
+        super()._after_backwards(*args, **kwargs)
+
+    def applied_grads(self) -> List[torch.Tensor]:
+        if self.layout.dp == 1:
+            return []  # the last microbatch's accumulation is what the update applied
+        return [self.model.recap_layout(i, p.main_grad) for i, p in enumerate(self.params)]
+
+
+class MegatronRankSUT(MegatronSUT):
+    """One rank's megatron SUT in a rank group (this module's docstring)."""
+
+    def __init__(self, device: str, rank: int, world: int, expect_version: Optional[str] = None) -> None:
+        self.rank, self.world = rank, world
+        self.shape: Optional[Tuple[int, int]] = None  # the (tp, pp) parallel_state was initialized with
+        self.pp, self.dp = 1, 1  # the run request's
+        self.extras: Dict[str, Any] = {}
+        super().__init__(device, expect_version)
+        self.backend = backend_for(self.device, world)
+
+    def _init_parallel(self) -> None:
+        """The group is joined already (core/ranks.py); parallel_state is set per case (set_shape)."""
+
+    def set_shape(self, tp: int, pp: int) -> None:
+        ps = self.api.parallel_state
+        if self.shape == (tp, pp):
+            return
+        ps.destroy_model_parallel()
+        ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+        self.shape = (tp, pp)
+
+    def capabilities(self) -> Dict[str, Any]:
+        caps = super().capabilities()
+        # graphs across ranks need collectives a graph can capture (nccl, a GPU per rank)
+        caps["executor"] = ["eager", "per-layer"] if self.backend == "nccl" else ["eager"]
+        caps["tp"] = group_sizes(self.world)
+        caps["dp"] = group_sizes(self.world)
+        caps["sp"] = self.sp_supported()  # (no pp: pipeline stages are not built here)
+        return caps
+
+    def sp_supported(self) -> bool:
+        """Whether the local spec's norm takes sequence_parallel: apex's FusedLayerNorm does; without
+        apex the spec falls back to WrappedTorchNorm, which asserts "sequence parallel not
+        supported by torch LayerNorm" (megatron/core/models/gpt/gpt_layer_specs.py LNImpl)."""
+        from megatron.core.models.gpt import gpt_layer_specs
+
+        return bool(getattr(gpt_layer_specs, "HAVE_APEX", False))
+
+    def parallel_config(self, c: case_mod.Case) -> Dict[str, Any]:
+        tp = self.world // (self.pp * self.dp)
+        return {"tensor_model_parallel_size": tp, "sequence_parallel": bool(c.sp and tp > 1)}
+
+    def why_skipped(self, c: case_mod.Case) -> str:
+        if self.pp > 1:
+            return (f"pp {self.pp}: pipeline stages are not built for megatron-core rank groups "
+                    "(forward_backward_pipelining_* over its p2p_communication)")
+        if c.executor == "full-iteration":
+            return "executor full-iteration: not built for megatron-core rank groups"
+        if c.executor == "per-layer" and self.backend != "nccl":
+            return (f"executor per-layer: this group's {self.world} ranks share {torch.cuda.device_count()} GPU(s) "
+                    "over gloo, whose collectives a CUDA graph cannot capture (nccl needs a GPU per rank)")
+        tp = self.world // (self.pp * self.dp)
+        return ((dp_problem(c, self.dp) if self.dp > 1 else "")
+                or (megatron_tp_problem(c, tp) if tp > 1 else "")
+                or super().why_skipped(c))
+
+    def make_runner(self, c: case_mod.Case, data: RunData) -> MegatronRunner:
+        tp = self.world // (self.pp * self.dp)
+        lay = Layout(tp, self.dp, self.pp, self.rank)
+        configs, graphed, reason = self.configs(c if self.dp == 1 else local_case(c, self.dp))
+        if reason:
+            raise RuntimeError(reason)
+        if self.dp > 1:  # the replica's share of the step: its microbatches, numbered from 0
+            data = local_data(data, c, self.dp, lay.replica)
+            c = local_case(c, self.dp)
+            self.extras["rank_dp"] = {"dp": self.dp, "replica": lay.replica, "microbatches": c.microbatches}
+        r = MegatronRankRunner(self, c, data, configs, graphed, lay)
+        if tp > 1:
+            self.extras.update({"rank_shards": r.model.shard_table(), "rank_tp_sites": tp_sites(c, c.sp),
+                                "rank_sp": bool(c.sp)})
+        return r
+
+    def serve_run(self, request: Dict[str, Any], frames: List[Any]) -> Tuple[Dict[str, Any], List[Any]]:
+        self.extras = {}
+        pp, dp = request.get("pp", 1), request.get("dp", 1)
+        self.pp = pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
+        self.dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 1 else 1
+        if self.world % (self.pp * self.dp) == 0 and self.pp == 1:
+            self.set_shape(self.world // self.dp, 1)
+        h, out = super().serve_run(request, frames)
+        h.update(self.extras)  # the leader (core/ranks.merge) moves them into the reply's `ranks`
+        return h, out
+
+
+__all__ = ["MegatronRankSUT", "megatron_tp_problem", "tp_sites"]
