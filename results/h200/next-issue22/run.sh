@@ -11,8 +11,15 @@
 #              seed 1, ${CASES:-300} cases, 4 jobs: every shape drawn, every bucket in the report
 #   scaling    (two or more GPUs) recap fuzz --sut torch --backend cuda --gpus G for G = 1 .. all,
 #              ${RATE_S:-60} s of cases at 4 jobs per GPU: cases a minute by GPU count
+#   megatron   megatron-core 0.19.2's rank groups (.whl carried): tests/cli/data/mc-*.json (tp 2, dp 2,
+#              tp 2 inside dp 2) replayed clean, then each under the framework mutant its oracle must
+#              catch (mcore-tp-seed-shared, mcore-dp-grads-not-reduced, dist-all-reduce-skipped); then
+#              recap fuzz --sut megatron@0.19.2 --ranks ${RANKS:-2} seed 1 under mcore-tp-seed-shared (found
+#              and shrunk keeping tp 2: the issue's planted cross-rank fault) and, in what is left, a
+#              clean campaign of ${CASES:-300} cases. On one GPU the ranks share it over gloo (eager
+#              cases only; sp needs apex, which the machine lacks: megatron's local spec refuses it).
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue22/run.sh groups
-# Not here: megatron-core with tp, pp and sp (the megatron driver's rank groups are not built).
+# Not here: megatron-core with pp (the megatron driver's rank groups run tp and dp only).
 set -u
 . scripts/gpu-call.sh  # $o, $B, CALL_S, left(), machine.txt
 D=tests/cli/data
@@ -35,6 +42,29 @@ case ${1:-} in
       echo "== $fault: $(grep -E '^  [a-z_0-9]+ +incorrect' "$o/$fault.log" | cut -c1-120 | head -2 | tr '\n' ' ')"
     done
     grep -E "^replay|^  (tp_|outside|grads_match|pp_|dp_|rank_|reference)" "$o/clean.log" | cut -c1-160 ;;
+  megatron)
+    site=/tmp/recap-site-0.19.2
+    pip install -q --no-deps --target $site .whl/megatron_core-0.19.2-*.whl > /dev/null 2>&1
+    M=(--sut megatron@0.19.2 --backend cuda --worker-env "PYTHONPATH=$site:$PWD/drivers")
+    timeout -k 10 $(( $(left) / 5 )) "$B" replay "${M[@]}" $D/mc-tp2-grads.json $D/mc-tp2-masks.json $D/mc-dp2-grads.json \
+      $D/mc-tp2-dp2-grads.json --report "$o/mc-clean.json" > "$o/mc-clean.log" 2>&1; echo "exit $?" >> "$o/mc-clean.log"
+    all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,dp_grads_reduced,training,reference
+    for f in mcore-tp-seed-shared:mc-tp2-masks mcore-dp-grads-not-reduced:mc-dp2-grads dist-all-reduce-skipped:mc-tp2-grads; do
+      [ "$(left)" -gt 60 ] || break
+      m=${f%%:*}; file=$D/${f#*:}.json
+      timeout -k 10 90 "$B" replay "${M[@]}" "$file" --property "$all" --worker-env "RECAP_FRAMEWORK_MUTANT=$m" \
+        > "$o/mc-$m.log" 2>&1; echo "exit $?" >> "$o/mc-$m.log"
+      echo "== $m: $(grep -E '^  [a-z_0-9]+ +incorrect' "$o/mc-$m.log" | cut -c1-120 | head -2 | tr '\n' ' ')"
+    done
+    grep -E "^replay|^  (tp_|outside|grads_match|dp_|rank_|reference|training)" "$o/mc-clean.log" | cut -c1-160
+    [ "$(left)" -gt 120 ] && { timeout -k 20 $(( $(left) / 2 )) "$B" fuzz "${M[@]}" --ranks "${RANKS:-2}" --cases 200 --seed 1 \
+      --jobs 2 --shrink-limit 40 --worker-env RECAP_FRAMEWORK_MUTANT=mcore-tp-seed-shared --corpus-dir "$o/c-mut" \
+      --report "$o/mc-mutant-fuzz.json" > "$o/mc-mutant-fuzz.log" 2>&1; echo "exit $?" >> "$o/mc-mutant-fuzz.log"
+      grep -E "cases in|counterexample|shrunk|no failure" "$o/mc-mutant-fuzz.log" | head -5; }
+    [ "$(left)" -gt 90 ] && { timeout -k 20 $(( $(left) - 10 )) "$B" fuzz "${M[@]}" --ranks "${RANKS:-2}" --cases "${CASES:-300}" \
+      --seed 1 --jobs 2 --shrink-limit 20 --known-findings corpus/known-findings/megatron-0.19.2.json \
+      --corpus-dir "$o/c-clean" --report "$o/mc-campaign.json" > "$o/mc-campaign.log" 2>&1; echo "exit $?" >> "$o/mc-campaign.log"
+      grep -E "cases in|by disposition|no failure|counterexample" "$o/mc-campaign.log" | head -8; } ;;
   campaign)
     timeout -k 30 $(( $(left) - 20 )) "$B" fuzz --sut torch --backend cuda "${W[@]}" --ranks "${RANKS:-4}" --cases "${CASES:-300}" \
       --seed 1 --jobs 4 --shrink-limit 20 --corpus-dir "$o/corpus" --report "$o/campaign.json" > "$o/campaign.log" 2>&1
@@ -49,5 +79,5 @@ case ${1:-} in
         --corpus-dir "$o/c$g" --report "$o/gpus$g.json" > "$o/gpus$g.log" 2>&1; echo "exit $?" >> "$o/gpus$g.log"
       echo "== $g GPUs: $(grep -E 'cases/min' "$o/gpus$g.log" | tail -1)"
     done ;;
-  *) echo "usage: run.sh groups | campaign | scaling" > "$o/usage.txt"; exit 2 ;;
+  *) echo "usage: run.sh groups | megatron | campaign | scaling" > "$o/usage.txt"; exit 2 ;;
 esac
