@@ -1,8 +1,11 @@
-"""The megatron rank group's parameter layout against megatron-core's own tensor-parallel split,
-on the CPU: megatron_tp_rank.py runs megatron-core's TransformerLayer (read from the wheels
-scripts/bootstrap.sh downloads, never installed) over tp 2 and 4 gloo ranks, loaded and read back
-through the driver's MegatronModel (tp 1, 2 and 4); every parameter and gradient the leader assembles must equal
-recap's own block's (fp32, within 1e-5 relative L2), and a planted layout mistake must not."""
+"""The megatron rank group's side of megatron-core, on the CPU: megatron_tp_rank.py runs
+megatron-core's own TransformerLayer (read from the wheels scripts/bootstrap.sh downloads, never
+installed) over tp tensor-parallel ranks and pp pipeline stages of gloo processes, built, loaded and
+read back through the driver's MegatronModel and stepped by megatron's own schedule, DDP and
+finalize_model_grads. Every parameter and gradient the leader assembles must equal recap's own
+model's (fp32, within 1e-5 relative L2), every stage's losses too, each stage's forwards and
+backwards must run in core/schedules' 1F1B order, and planted mistakes (a wrong qkv layout, stages
+holding each other's layers) must be caught."""
 
 from __future__ import annotations
 
@@ -28,17 +31,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_group(root: str, world: int, planted: str = "") -> Dict[str, Any]:
+def run_group(root: str, tp: int, pp: int, planted: str = "") -> Dict[str, Any]:
     port = free_port()
+    world = tp * pp
     # TORCH_CUDA_ARCH_LIST: megatron-core 0.15.3 builds a small CUDA extension when imported
     # (inference/unified_memory.py), which needs an architecture where no GPU is visible
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([DRIVERS, root]), TORCH_CUDA_ARCH_LIST="9.0",
                PYTHONDONTWRITEBYTECODE="1", PYTHONWARNINGS="ignore")
     procs: List[subprocess.Popen] = [
-        subprocess.Popen([sys.executable, RANK, str(r), str(world), str(port)] + ([planted] if planted else []),
+        subprocess.Popen([sys.executable, RANK, str(r), str(world), str(port), str(tp), str(pp)] +
+                         ([planted] if planted else []),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for r in range(world)]
-    outs = [p.communicate(timeout=600) for p in procs]
+    outs = [p.communicate(timeout=300) for p in procs]
     for r, (p, (o, e)) in enumerate(zip(procs, outs)):
         if p.returncode != 0:
             raise AssertionError(f"rank {r} exited {p.returncode}: {e[-3000:]}")
@@ -46,6 +51,10 @@ def run_group(root: str, world: int, planted: str = "") -> Dict[str, Any]:
     if not line:
         raise AssertionError(f"rank 0 printed no result: {outs[0][1][-3000:]}")
     return json.loads(line[-1][7:])
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= TOL * abs(b)
 
 
 @unittest.skipUnless(HAVE_TORCH, "torch is not installed")
@@ -71,23 +80,30 @@ class MegatronTensorParallelLayout(unittest.TestCase):
         return roots
 
     def test_every_parameter_and_gradient_is_recaps(self) -> None:
+        # (1, 1): the one-rank driver's layout (qkv rows permuted only)
         for root in self.extracted():
-            for world in (1, 2, 4):  # 1: the one-rank driver's layout (qkv rows permuted only)
-                with self.subTest(wheel=os.path.basename(root), tp=world):
-                    r = run_group(root, world)
-                    self.assertEqual(r["split"], 12 if world > 1 else 0)  # per block: qkv w/b, proj w, fc1 w/b, fc2 w
-                    self.assertLess(abs(r["loss"] - r["ref_loss"]), 1e-5 * abs(r["ref_loss"]))
+            for tp, pp in ((1, 1), (2, 1), (4, 1), (1, 2), (2, 2)):
+                with self.subTest(wheel=os.path.basename(root), tp=tp, pp=pp):
+                    r = run_group(root, tp, pp)
+                    self.assertEqual(r["split"], 12 if tp > 1 else 0)  # per block: qkv w/b, proj w, fc1 w/b, fc2 w
+                    self.assertTrue(all(close(a, b) for a, b in zip(r["losses"], r["ref_losses"])),
+                                    (r["losses"], r["ref_losses"]))
+                    self.assertTrue(r["order_is_1f1b"])
                     for what in ("params", "grads"):
                         bad = {n: e for n, e in r[what].items() if not e <= TOL}
-                        self.assertEqual(bad, {}, f"{what} differing from recap's block's")
+                        self.assertEqual(bad, {}, f"{what} differing from recap's model's")
                     self.assertEqual(max(r["params"].values()), 0.0)  # loaded and read back: exact
 
     def test_a_wrong_qkv_layout_is_caught(self) -> None:
-        roots = self.extracted()
-        r = run_group(roots[-1], 2, "qkv-blocks")
+        r = run_group(self.extracted()[-1], 2, 1, "qkv-blocks")
         bad = sorted(n for n, e in r["grads"].items() if not e <= TOL)
         self.assertIn("block0.attn.qkv.weight", bad)
-        self.assertGreater(abs(r["loss"] - r["ref_loss"]), 1e-4)
+        self.assertFalse(close(r["losses"][0], r["ref_losses"][0]))
+
+    def test_stages_holding_each_others_layers_are_caught(self) -> None:
+        r = run_group(self.extracted()[-1], 1, 2, "stage-layers-swapped")
+        self.assertFalse(all(close(a, b) for a, b in zip(r["losses"], r["ref_losses"])))
+        self.assertTrue(any(not e <= TOL for e in r["grads"].values()))
 
 
 if __name__ == "__main__":

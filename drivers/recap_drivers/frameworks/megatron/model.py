@@ -82,13 +82,27 @@ class MegatronModel(layers_mod.RecapParamList):
     """The stack as the `model` forward_backward_func drives, with recap's parameter list."""
 
     def __init__(self, api: Api, c: case_mod.Case, device: torch.device, configs: List[Any],
-                 graphed_layers: List[bool], tp: int = 1, tp_rank: int = 0, sp: bool = False) -> None:
+                 graphed_layers: List[bool], tp: int = 1, tp_rank: int = 0, sp: bool = False,
+                 span: Optional[Tuple[int, int]] = None, first: bool = True, last: bool = True) -> None:
         super().__init__()
         self.api = api
         self.case = c
         # a rank of a tensor-parallel group (frameworks/megatron/ranks.py): its blocks hold their
         # part of each split parameter (shards.py); with sp the layers run on its rows
         self.tp, self.tp_rank, self.sp = tp, tp_rank, sp
+        # a pipeline stage: it runs layers span[0] .. span[1] - 1 (every layer is built, so that each
+        # rank's observation has recap's whole parameter list); the first takes the microbatch, the
+        # others the activation the schedule received (set_input_tensor); the last returns the
+        # output the loss is computed on, the others the [s, b, h] activation the schedule sends on.
+        # What megatron's finalize_model_grads reads of a GPTModel's stages: pre_process,
+        # share_embeddings_and_output_weights (no embedding here: nothing to all-reduce)
+        self.span = span if span is not None else (0, len(c.layers))
+        self.pre_process, self.post_process = first, last
+        self.share_embeddings_and_output_weights = False
+        self.input_tensor: Optional[torch.Tensor] = None
+        # set by a pipeline stage's runner: marks the stage's output, whose backward starts the
+        # stage's backward of a microbatch (ranks.py); None: nothing marked
+        self.mark: Optional[Any] = None
         self.device = device
         self.every: List[List[Optional[Shard]]] = []  # per parameter: every rank's Shard
         self.config = configs[model_config_index(graphed_layers)] if configs else None
@@ -182,27 +196,40 @@ class MegatronModel(layers_mod.RecapParamList):
         out.index_copy_(ld[0], ld[2], g)  # on the device: this may run inside a capture
         return out
 
-    def set_input_tensor(self, tensor: Optional[torch.Tensor]) -> None:  # one pipeline stage: nothing comes from a previous one
-        pass
+    def set_input_tensor(self, tensor: Any) -> None:
+        """The schedule's received activation (a list of one, as GPTModel.set_input_tensor takes it;
+        [None] on the first stage)."""
+        self.input_tensor = tensor[0] if isinstance(tensor, list) else tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, h] in and out, [T, 1, h] between the layers
-        h = x.unsqueeze(1)
-        if not self.sp:
-            return self._layers(h).squeeze(1)
-        # sequence parallel: each rank runs its rows between the first and the last layer, as
-        # GPTModel's embedding scatters them and its output layer gathers them; the loss is on
-        # the whole output on every rank, so the gather's backward takes the rank's rows
-        # (tensor_parallel_output_grad=False), not a reduce-scatter of equal gradients
         tp = self.api.tensor_parallel
-        h = tp.scatter_to_sequence_parallel_region(h)
-        # TransformerBlock.forward runs its layers inside the tracker's fork when sequence_parallel
-        # is set: dropout on a rank's rows draws from the rank's own state
-        with tp.get_cuda_rng_tracker().fork():
+        if self.input_tensor is not None:  # a later pipeline stage: the previous stage's activation
+            h = self.input_tensor
+        else:
+            h = x.unsqueeze(1)
+            if self.sp:
+                # sequence parallel: each rank runs its rows between the first and the last layer,
+                # as GPTModel's embedding scatters them and its output layer gathers them
+                h = tp.scatter_to_sequence_parallel_region(h)
+        if self.sp:
+            # TransformerBlock.forward runs its layers inside the tracker's fork when
+            # sequence_parallel is set: dropout on a rank's rows draws from the rank's own state
+            with tp.get_cuda_rng_tracker().fork():
+                h = self._layers(h)
+        else:
             h = self._layers(h)
-        return tp.gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=False).squeeze(1)
+        if self.mark is not None:
+            h = self.mark(h)
+        if not self.post_process:
+            return h  # [s, b, h] (the rank's rows with sp): what the schedule sends to the next stage
+        if self.sp:
+            # the loss is on the whole output on every rank, so the gather's backward takes the
+            # rank's rows (tensor_parallel_output_grad=False), not a reduce-scatter of equal gradients
+            h = tp.gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=False)
+        return h.squeeze(1)
 
     def _layers(self, h: torch.Tensor) -> torch.Tensor:
-        for l in self.layers:
+        for l in self.layers[self.span[0]:self.span[1]]:
             h = _first(l(hidden_states=h)) if isinstance(l, self.api.GraphableMegatronModule) else l(h)
         return h
 

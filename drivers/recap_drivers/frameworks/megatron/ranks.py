@@ -3,10 +3,11 @@ megatron --ranks N` is one worker of N ranks, started and gathered as the torch 
 (core/ranks.py: rank 0 speaks the protocol, the others answer it over pipes). Here megatron-core
 itself splits the model and talks between the ranks; the driver only says how the group is laid out.
 
-Layout. Each run request names tp and dp (tp * dp == N; pp 1). Before a case whose layout differs
-from the last one, every rank calls parallel_state.destroy_model_parallel() and
-initialize_model_parallel(tensor_model_parallel_size=tp) (collective: every rank does it for the
-same request), so megatron's groups are megatron's own, in its "tp-cp-ep-dp-pp" order
+Layout. Each run request names tp, pp and dp (tp * pp * dp == N). Before a case whose layout
+differs from the last one, every rank calls parallel_state.destroy_model_parallel() and
+initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+(collective: every rank does it for the same request), so megatron's groups are megatron's own, in
+its "tp-cp-ep-dp-pp" order
 (frameworks/torch/data_parallel.py Layout is the same order). The process group is the leader's:
 nccl with a GPU per rank, else gloo over CUDA tensors (core/ranks.py backend_for): on one GPU
 megatron's tensor-parallel all-reduces run over gloo, which cannot run inside a CUDA graph, so
@@ -38,10 +39,18 @@ Observation, beside megatron's run and without changing it:
     microbatch, its own accumulation (copied before finalize_model_grads) and, for the step, the
     gradients megatron's finalize left in main_grad (`rank_dp`).
 
-Not built: pipeline stages (pp > 1: forward_backward_pipelining_*, point-to-point over
-megatron's p2p_communication), recap's smaller layer kinds with parameters inside a
-tensor-parallel group (only `block` is megatron's own tensor-parallel module), full-iteration
-graphs on a group.
+Pipeline stages (pp > 1): megatron's get_forward_backward_func() is its 1F1B schedule, its
+p2p_communication carries the activations. It sends CUDA tensors, which gloo cannot (it hands the
+device pointer to its TCP transport), so stages need a GPU per rank (nccl); elsewhere such a case is
+skipped naming this. Stage s runs layers s*L/pp .. (megatron's even split); every rank builds them
+all, so that its observation has recap's whole parameter list; each stage is seeded seed + 100 *
+stage (Megatron-LM's _set_random_seed). The stage's output is marked (_BackwardStarts): its backward
+is the first of the stage's backward of a microbatch, where the stage records the event, sets the
+microbatch a recompute draws for and copies the previous microbatch's gradients.
+
+Not built: virtual pipeline stages, graphs on stages, recap's smaller layer kinds with parameters
+inside a tensor-parallel group (only `block` is megatron's own tensor-parallel module),
+full-iteration graphs on a group.
 """
 
 from __future__ import annotations
@@ -52,9 +61,11 @@ import torch
 import torch.distributed as dist
 
 from ... import case as case_mod
+from ...core import layers as layers_mod
 from ...core.ranks import backend_for
 from ...core.records import RunData
 from ..torch.data_parallel import Layout, dp_problem, local_case, local_data
+from ..torch.pipeline import PP_SEED_STRIDE, pp_problem, stage_layers
 from .runner import MegatronRunner
 from .sut import MegatronSUT
 
@@ -95,20 +106,72 @@ def tp_sites(c: case_mod.Case, sp: bool) -> List[str]:
             if sp or (c.layers[s.top].kind == "block" and s.op == "attn_dropout")]
 
 
+class _BackwardStarts(torch.autograd.Function):
+    """Identity on a pipeline stage's output: its backward is the first of the stage's backward of a
+    microbatch (nothing of the stage's has accumulated yet), where the runner says so."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, m: int, started: Any) -> torch.Tensor:
+        ctx.m, ctx.started = m, started
+        return h.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> Tuple[torch.Tensor, None, None]:
+        ctx.started(ctx.m)
+        return g, None, None
+
+
 class MegatronRankRunner(MegatronRunner):
-    """One rank's run of a case in a megatron-core group (tp x dp, this module's docstring)."""
+    """One rank's run of a case in a megatron-core group (tp x dp x pp, this module's docstring)."""
 
     def __init__(self, sut: Any, c: case_mod.Case, data: RunData, configs: List[Any], graphed: List[bool],
                  lay: Layout) -> None:
         self.layout = lay
         self.sp_params: List[int] = []
+        self.span = stage_layers(len(c.layers), lay.pp)[lay.stage]
+        self.schedule: Dict[int, List[Tuple[str, int, int]]] = {}  # per step: the stage's events as they ran
+        self.events: List[Tuple[str, int, int]] = []
+        self.pending = -1  # the microbatch whose backward ran last, its gradients not copied yet
+        self._cur_fwd = -1  # the microbatch whose forward runs (its output is marked with it)
         super().__init__(sut, c, data, configs, graphed)
         self.tp_group = self.api.parallel_state.get_tensor_model_parallel_group()
         if c.sp:
             self.sp_params = [i for i, p in enumerate(self.params) if getattr(p, "sequence_parallel", False)]
+        if lay.pp > 1:
+            # 1F1B runs several forwards before a backward: a microbatch's gradients are copied when
+            # the stage's next backward starts (its backwards run one after another), the last
+            # one's at finalize
+            self.copy_at_forward = False
+            self.model.mark = lambda h: _BackwardStarts.apply(h, self._cur_fwd, self._backward_starts)
 
     def parallel(self) -> Dict[str, Any]:
-        return {"tp": self.layout.tp, "tp_rank": self.layout.tp_rank, "sp": self.case.sp}
+        lay = self.layout
+        return {"tp": lay.tp, "tp_rank": lay.tp_rank, "sp": self.case.sp, "span": self.span,
+                "first": lay.stage == 0, "last": lay.stage == lay.pp - 1}
+
+    def rng_seed(self) -> int:
+        """Megatron-LM's _set_random_seed: seed + 100 * the pipeline rank (every replica alike)."""
+        return self.case.seed_rng + PP_SEED_STRIDE * self.layout.stage
+
+    def stage_params(self) -> List[int]:
+        first, stop = self.span
+        return [i for i, p in enumerate(case_mod.param_infos(self.case)) if first <= p.layer < stop]
+
+    def on_forward(self, m: int) -> None:
+        if self.layout.pp > 1:
+            if m == 0:
+                self.events = []
+                self.schedule[self.pos.step] = self.events
+            self._cur_fwd = m
+            self.events.append(("forward", m, 0))
+
+    def _backward_starts(self, m: int) -> None:
+        if self.pending >= 0:
+            self._copy_grads(self.pending)
+        self.pending = self._cur_mb = m
+        self.obs.microbatch = m  # a recompute inside this backward draws for microbatch m
+        self.pos.set(pass_="backward", microbatch=m, layer="")
+        self.events.append(("backward", m, 0))
 
     def _copy_grads(self, m: int) -> None:
         super()._copy_grads(m)
@@ -120,6 +183,7 @@ class MegatronRankRunner(MegatronRunner):
         """finalize_model_grads_func: the last microbatch's own gradients first, then megatron's
         finalize_model_grads (as Megatron-LM's training sets it), then the one-rank driver's work."""
         self._copy_last()
+        self.pending = -1
         model = args[0] if args else kwargs["model"]
         extra = {"pg_collection": kwargs["pg_collection"]} if kwargs.get("pg_collection") is not None else {}
         self.api.finalize_model_grads(model, None, **extra)
@@ -159,7 +223,9 @@ class MegatronRankSUT(MegatronSUT):
         caps["executor"] = ["eager", "per-layer"] if self.backend == "nccl" else ["eager"]
         caps["tp"] = group_sizes(self.world)
         caps["dp"] = group_sizes(self.world)
-        caps["sp"] = self.sp_supported()  # (no pp: pipeline stages are not built here)
+        if self.backend == "nccl":  # megatron's p2p sends CUDA tensors, which gloo cannot (why_skipped)
+            caps["pp"] = group_sizes(self.world)
+        caps["sp"] = self.sp_supported()
         return caps
 
     def sp_supported(self) -> bool:
@@ -172,19 +238,32 @@ class MegatronRankSUT(MegatronSUT):
 
     def parallel_config(self, c: case_mod.Case) -> Dict[str, Any]:
         tp = self.world // (self.pp * self.dp)
-        return {"tensor_model_parallel_size": tp, "sequence_parallel": bool(c.sp and tp > 1)}
+        kw: Dict[str, Any] = {"tensor_model_parallel_size": tp, "sequence_parallel": bool(c.sp and tp > 1)}
+        if self.pp > 1:
+            # the model's layer count (every stage's num_layers // pp: the even split stage_layers
+            # takes), and the dtype of what the stages send each other (ModelParallelConfig
+            # refuses pipeline parallelism without it)
+            kw.update(pipeline_model_parallel_size=self.pp, num_layers=len(c.layers),
+                      pipeline_dtype=layers_mod.TORCH_DTYPES[c.dtype])
+        return kw
 
     def why_skipped(self, c: case_mod.Case) -> str:
-        if self.pp > 1:
-            return (f"pp {self.pp}: pipeline stages are not built for megatron-core rank groups "
-                    "(forward_backward_pipelining_* over its p2p_communication)")
+        if self.pp > 1 and self.backend != "nccl":
+            return (f"pp {self.pp}: megatron-core's p2p_communication sends CUDA tensors between stages, which "
+                    f"gloo cannot (it hands their device pointers to its TCP transport); this group's "
+                    f"{self.world} ranks share {torch.cuda.device_count()} GPU(s) over gloo")
+        if c.vp > 1:
+            return "vp: virtual pipeline stages are not built for megatron-core rank groups"
+        if self.pp > 1 and c.executor != "eager":
+            return f"executor {c.executor} with pp {self.pp}: graphs on megatron-core pipeline stages are not built"
         if c.executor == "full-iteration":
             return "executor full-iteration: not built for megatron-core rank groups"
         if c.executor == "per-layer" and self.backend != "nccl":
             return (f"executor per-layer: this group's {self.world} ranks share {torch.cuda.device_count()} GPU(s) "
                     "over gloo, whose collectives a CUDA graph cannot capture (nccl needs a GPU per rank)")
         tp = self.world // (self.pp * self.dp)
-        return ((dp_problem(c, self.dp) if self.dp > 1 else "")
+        return ((pp_problem(c, self.pp) if self.pp > 1 else "")
+                or (dp_problem(c, self.dp) if self.dp > 1 else "")
                 or (megatron_tp_problem(c, tp) if tp > 1 else "")
                 or super().why_skipped(c))
 
@@ -199,6 +278,10 @@ class MegatronRankSUT(MegatronSUT):
             c = local_case(c, self.dp)
             self.extras["rank_dp"] = {"dp": self.dp, "replica": lay.replica, "microbatches": c.microbatches}
         r = MegatronRankRunner(self, c, data, configs, graphed, lay)
+        if self.pp > 1:  # core/ranks.merge_pp reads it; the schedule fills as the steps run
+            self.extras["rank_pp"] = {"pp": self.pp, "vp": 1, "tp": tp, "stage": lay.stage,
+                                      "chunk_layers": [list(r.span)], "params": r.stage_params(),
+                                      "schedule": r.schedule}
         if tp > 1:
             self.extras.update({"rank_shards": r.model.shard_table(), "rank_tp_sites": tp_sites(c, c.sp),
                                 "rank_sp": bool(c.sp)})
@@ -209,8 +292,8 @@ class MegatronRankSUT(MegatronSUT):
         pp, dp = request.get("pp", 1), request.get("dp", 1)
         self.pp = pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
         self.dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 1 else 1
-        if self.world % (self.pp * self.dp) == 0 and self.pp == 1:
-            self.set_shape(self.world // self.dp, 1)
+        if self.world % (self.pp * self.dp) == 0 and (self.pp == 1 or self.backend == "nccl"):
+            self.set_shape(self.world // (self.pp * self.dp), self.pp)
         h, out = super().serve_run(request, frames)
         h.update(self.extras)  # the leader (core/ranks.merge) moves them into the reply's `ranks`
         return h, out

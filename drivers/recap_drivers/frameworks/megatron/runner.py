@@ -63,19 +63,33 @@ class MegatronRunner(Runner):
         self.rng_after_backwards: Optional[list] = None
         self._cur_mb = -1
         self.copied_last = False  # the step's last microbatch's gradients are in gbuf already
+        # one stage: microbatch m's backward has run when m + 1's forward starts, so its gradients
+        # are copied then (a pipeline stage's runner copies them itself: ranks.py)
+        self.copy_at_forward = True
         for cfg in configs:
             cfg.finalize_model_grads_func = self._after_backwards
         self.pos.set(phase="", pass_="", layer="", microbatch=-1, step=-1)
 
     def parallel(self) -> Dict[str, Any]:
-        """The model's place in a tensor-parallel group (MegatronModel's tp, tp_rank, sp): one rank here."""
+        """The model's place in a rank group (MegatronModel's tp, tp_rank, sp, span, first, last):
+        one rank here."""
         return {}
+
+    def rng_seed(self) -> int:
+        """The seed megatron's training seeds this rank with (_set_random_seed): seeds.rng on one rank."""
+        return self.case.seed_rng
+
+    def on_forward(self, m: int) -> None:
+        """Microbatch m's forward starts (a pipeline stage records it: ranks.py)."""
 
     def make_model(self) -> MegatronModel:
         c = self.case
+        seed = self.rng_seed()
+        if seed != c.seed_rng:  # a later pipeline stage: _set_random_seed seeds torch too
+            torch.manual_seed(seed)
         # on a rank of a group, parallel_state says its tensor-parallel rank (the tracker's seed)
         self.api.tensor_parallel.model_parallel_cuda_manual_seed(
-            c.seed_rng, use_cudagraphable_rng=(c.generator == "graph-safe"), force_reset_rng=True)
+            seed, use_cudagraphable_rng=(c.generator == "graph-safe"), force_reset_rng=True)
         try:
             model = MegatronModel(self.api, c, self.dev, self.configs, self.graphed_layers, **self.parallel())
         except Exception as e:
@@ -150,13 +164,14 @@ class MegatronRunner(Runner):
 
         def forward_step_func(data_iterator: Iterator[Dict[str, torch.Tensor]], model: Any) -> Any:
             prev = state["m"]
-            if prev >= 0:  # microbatch prev's backward has run
+            if prev >= 0 and self.copy_at_forward:  # microbatch prev's backward has run
                 if graphs_replay:
                     self.obs.snapshot_graph_keys(prev)
                 self._copy_grads(prev)
             m = prev + 1
             state["m"] = m
             self._cur_mb = m
+            self.on_forward(m)
             batch = next(data_iterator)
             self.obs.microbatch = m
             self.pos.set(pass_="forward", microbatch=m, layer="")

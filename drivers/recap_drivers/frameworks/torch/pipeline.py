@@ -137,6 +137,7 @@ class PPRunner(TorchRunner):
         self.schedule: Dict[int, List[Event]] = {}  # per step: the events as they ran
         self.prev_out: Optional[torch.Tensor] = None  # the last activation sent (planted pp-send-stale)
         super().__init__(sut, c, data)
+        self.host_p2p = self.dev.type == "cuda" and dist.get_backend() == "gloo"  # (_recv)
 
     def make_model(self) -> Any:
         # Runner.__init__ has just seeded seeds.rng: megatron's stage seed replaces it
@@ -150,6 +151,24 @@ class PPRunner(TorchRunner):
     def act_shape(self) -> Tuple[int, ...]:
         """The shape of an activation sent between stages (and of its gradient)."""
         return (self.case.tokens, self.case.hidden)
+
+    def _recv(self, shape: Tuple[int, ...], peer: int, tag: int) -> torch.Tensor:
+        """A blocking receive of an activation or its gradient. gloo's send and recv hand the
+        tensor's data pointer to its TCP transport with no device handling (ProcessGroupGloo::send,
+        recv), so where the ranks share a GPU over gloo the bytes go through host memory."""
+        if self.host_p2p:
+            buf = torch.empty(shape, dtype=self.dt)
+            dist.recv(buf, peer, tag=tag)
+            return buf.to(self.dev)
+        buf = torch.empty(shape, dtype=self.dt, device=self.dev)
+        dist.recv(buf, peer, tag=tag)
+        return buf
+
+    def _isend(self, t: torch.Tensor, peer: int, tag: int, keep: List[torch.Tensor]) -> Any:
+        """An isend waited at the step's end; `keep` holds what it reads until then."""
+        sent = t.cpu() if self.host_p2p else t  # (see _recv)
+        keep.append(sent)
+        return dist.isend(sent, peer, tag=tag)
 
     def stage_params(self) -> List[int]:
         """recap's indices of the parameters of this rank's layers (every chunk's)."""
@@ -181,9 +200,7 @@ class PPRunner(TorchRunner):
                 if is_first:
                     x = self.inp[m].detach().requires_grad_(True)
                 else:
-                    buf = torch.empty(shape, dtype=self.dt, device=self.dev)
-                    dist.recv(buf, self.prev_peer, tag=TAG["forward"])
-                    x = buf.requires_grad_(True)
+                    x = self._recv(shape, self.prev_peer, TAG["forward"]).requires_grad_(True)
                 inputs[(m, k)] = x
                 for l in range(first, stop):
                     self.pos.set(pass_="forward", layer=self.layer_names[l])
@@ -202,21 +219,17 @@ class PPRunner(TorchRunner):
                     if rank_faults.FAULT == "pp-send-stale":
                         sent = self.prev_out if self.prev_out is not None else out
                         self.prev_out = out
-                    keep.append(sent)
-                    sends.append(dist.isend(sent, self.next_peer, tag=TAG["forward"]))
+                    sends.append(self._isend(sent, self.next_peer, TAG["forward"], keep))
                     outputs[(m, k)] = x
             else:
                 if is_last:
                     outputs[(m, k)].backward()
                 else:
-                    g = torch.empty(shape, dtype=self.dt, device=self.dev)
-                    dist.recv(g, self.next_peer, tag=TAG["backward"])
-                    torch.autograd.backward(outputs[(m, k)], g)
+                    torch.autograd.backward(outputs[(m, k)], self._recv(shape, self.next_peer, TAG["backward"]))
                 if not is_first:
                     gin = inputs[(m, k)].grad
                     gin = torch.zeros(shape, dtype=self.dt, device=self.dev) if gin is None else gin.contiguous()
-                    keep.append(gin)
-                    sends.append(dist.isend(gin, self.prev_peer, tag=TAG["backward"]))
+                    sends.append(self._isend(gin, self.prev_peer, TAG["backward"], keep))
                 del outputs[(m, k)], inputs[(m, k)]
                 # microbatch m's gradients of this chunk's parameters: every microbatch up to m summed,
                 # as one rank's gradient after microbatch m (a chunk runs its backwards in order)
