@@ -1,9 +1,11 @@
 """One rank of test_megatron_tp_layout (run as a script, not collected): megatron-core's own
-TransformerLayer split over tp tensor-parallel ranks and pp pipeline stages of CPU processes
-(gloo), built, loaded and read back through the megatron driver's MegatronModel
+TransformerLayer split over tp tensor-parallel ranks and pp pipeline stages, on dp data-parallel
+replicas (world / (tp * pp)) of CPU processes (gloo), built, loaded and read back through the megatron driver's MegatronModel
 (frameworks/megatron/model.py, shards.py), stepped by megatron's own get_forward_backward_func()
 (forward_backward_no_pipelining, or 1F1B with stages) over its DistributedDataParallel, with
-megatron's finalize_model_grads after the backwards (as frameworks/megatron/ranks.py runs a rank).
+megatron's finalize_model_grads after the backwards (as frameworks/megatron/ranks.py runs a rank;
+a replica runs its share of the microbatches, as frameworks/torch/data_parallel.py local_data gives
+it, and finalize sums the replicas' gradients).
 Each stage's output is marked as ranks.py marks it, so the order of the stage's forwards and
 backwards is what ran. Rank 0 gathers every rank's parts, assembles them as the rank group's
 leader does (core/ranks.py assemble) and compares with recap's own torch model (fp32).
@@ -60,6 +62,7 @@ except ImportError:
 
 from recap_drivers import case as case_mod  # noqa: E402
 from recap_drivers.core import layers as L  # noqa: E402
+from recap_drivers.core.layout import Layout, stage_layers  # noqa: E402
 from recap_drivers.core.protocol import Frame  # noqa: E402
 from recap_drivers.core.ranks import assemble  # noqa: E402
 from recap_drivers.core.schedules import stage_order  # noqa: E402
@@ -67,8 +70,6 @@ from recap_drivers.frameworks.megatron import shards  # noqa: E402
 from recap_drivers.frameworks.megatron.api import Api, gelu_tanh  # noqa: E402
 from recap_drivers.frameworks.megatron.model import MegatronModel  # noqa: E402
 from recap_drivers.frameworks.megatron.ranks import _BackwardStarts  # noqa: E402
-from recap_drivers.frameworks.torch.data_parallel import Layout  # noqa: E402
-from recap_drivers.frameworks.torch.pipeline import stage_layers  # noqa: E402
 
 if planted == "qkv-blocks":
     def blocks(hidden: int, heads: int, tp: int = 1, r: int = 0) -> tuple:
@@ -80,7 +81,8 @@ if planted == "qkv-blocks":
 api = Api()
 api.parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=PP)
 api.tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
-lay = Layout(TP, world // (TP * PP), PP, rank)
+DP = world // (TP * PP)
+lay = Layout(TP, DP, PP, rank)
 H, HEADS, M, T = 16, 4, 4, 8
 c = case_mod.parse_case({"schema": "recap.case/1", "name": "layout", "hidden": H, "tokens": T, "microbatches": M,
                          "tp": TP, "pp": PP,
@@ -106,6 +108,8 @@ values = {p.name: torch.randn(tuple(p.shape), generator=g) * 0.3 for p in infos}
 model.load(values)
 xs = [torch.randn(T, H, generator=g) for _ in range(M)]
 ts = [torch.randn(T, H, generator=g) for _ in range(M)]
+K = M // DP  # the replica's microbatches: the step's lay.replica * K ..
+mine_mb = list(range(lay.replica * K, (lay.replica + 1) * K))
 events: List[List[Any]] = []
 current = {"forward": -1}
 if PP > 1:
@@ -118,7 +122,7 @@ losses: Dict[int, float] = {}
 
 
 def data() -> Iterator[Dict[str, torch.Tensor]]:
-    for m in range(M):
+    for m in mine_mb:
         yield {"x": xs[m], "t": ts[m]}
 
 
@@ -131,12 +135,12 @@ def forward_step(it: Iterator[Dict[str, torch.Tensor]], mdl: Any) -> Any:
 
     def loss_func(out: torch.Tensor) -> Any:
         loss = L.mse_loss(out, b["t"])
-        losses[m] = float(loss.detach())
+        losses[mine_mb[m]] = float(loss.detach())
         return loss, torch.ones((), dtype=torch.int), {"loss": loss.detach()}
     return y, loss_func
 
 
-api.get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data(), model=ddp, num_microbatches=M,
+api.get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data(), model=ddp, num_microbatches=K,
                                 seq_length=T, micro_batch_size=1, forward_only=False)
 table = model.shard_table()
 mine = {}
@@ -146,7 +150,8 @@ for i, (name, p) in enumerate(model.named):
         gr, val = model.recap_layout(i, main_grad).contiguous(), model.recap_layout(i, p.detach()).contiguous()
         mine[i] = [list(gr.shape), gr.numpy().tobytes(), val.numpy().tobytes()]
 every: list = [None] * world
-dist.all_gather_object(every, {"parts": mine, "losses": losses, "events": events, "stage": lay.stage})
+dist.all_gather_object(every, {"parts": mine, "losses": losses, "events": events, "stage": lay.stage,
+                               "replica": lay.replica})
 if rank == 0:
     ref = L.Model(c, torch.device("cpu"))
     ref.load(values)
@@ -158,16 +163,19 @@ if rank == 0:
     errs: Dict[str, Dict[str, float]] = {"grads": {}, "params": {}}
     for i, (name, p) in enumerate(ref.named):
         shape = tuple(infos[i].shape)
-        owners = [r for r in range(world) if i in every[r]["parts"]][:TP]  # the stage's ranks of replica 0
+        owners = [r for r in range(world) if i in every[r]["parts"] and every[r]["replica"] == 0]  # its stage's
         assert p.grad is not None
         for what, k, want in (("grads", 1, p.grad), ("params", 2, values[name])):
             full = assemble([Frame(name, "f32", tuple(every[r]["parts"][i][0]), every[r]["parts"][i][k]) for r in owners],
                             table[i], shape, name)
             got = torch.frombuffer(bytearray(full.data), dtype=torch.float32).reshape(shape)
             errs[what][name] = float((got - want).norm() / want.norm().clamp_min(1e-30))
-    last = [r for r in range(world) if every[r]["stage"] == PP - 1][0]
-    got_losses = [every[last]["losses"].get(m) for m in range(M)]
-    order_ok = all(every[r]["events"] == [list(e) for e in stage_order(PP, every[r]["stage"], M, 1)]
+    last_losses: Dict[int, float] = {}
+    for r in range(world):
+        if every[r]["stage"] == PP - 1:
+            last_losses.update(every[r]["losses"])
+    got_losses = [last_losses.get(m) for m in range(M)]
+    order_ok = all(every[r]["events"] == [list(e) for e in stage_order(PP, every[r]["stage"], K, 1)]
                    for r in range(world)) if PP > 1 else True
     out = {"losses": got_losses, "ref_losses": ref_losses, **errs, "split": sum(row["dim"] is not None for row in table),
            "order_is_1f1b": order_ok}

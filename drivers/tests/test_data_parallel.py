@@ -20,8 +20,8 @@ if HAVE_TORCH:
 
     from recap_drivers import case as case_mod
     from recap_drivers.core import ranks_check as rc
+    from recap_drivers.core.layout import Layout, dp_problem, local_case, local_data
     from recap_drivers.core.records import RunData
-    from recap_drivers.frameworks.torch.data_parallel import Layout, dp_problem, local_case, local_data
 
 
 # every kind that splits over tensor-parallel ranks, no dropout: the one-rank comparison applies

@@ -1,6 +1,6 @@
 """The megatron rank group's side of megatron-core, on the CPU: megatron_tp_rank.py runs
 megatron-core's own TransformerLayer (read from the wheels scripts/bootstrap.sh downloads, never
-installed) over tp tensor-parallel ranks and pp pipeline stages of gloo processes, built, loaded and
+installed) over tp tensor-parallel ranks, pp pipeline stages and dp replicas of gloo processes, built, loaded and
 read back through the driver's MegatronModel and stepped by megatron's own schedule, DDP and
 finalize_model_grads. Every parameter and gradient the leader assembles must equal recap's own
 model's (fp32, within 1e-5 relative L2), every stage's losses too, each stage's forwards and
@@ -31,9 +31,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_group(root: str, tp: int, pp: int, planted: str = "") -> Dict[str, Any]:
+def run_group(root: str, tp: int, pp: int, planted: str = "", dp: int = 1) -> Dict[str, Any]:
     port = free_port()
-    world = tp * pp
+    world = tp * pp * dp
     # TORCH_CUDA_ARCH_LIST: megatron-core 0.15.3 builds a small CUDA extension when imported
     # (inference/unified_memory.py), which needs an architecture where no GPU is visible
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([DRIVERS, root]), TORCH_CUDA_ARCH_LIST="9.0",
@@ -81,10 +81,13 @@ class MegatronTensorParallelLayout(unittest.TestCase):
 
     def test_every_parameter_and_gradient_is_recaps(self) -> None:
         # (1, 1): the one-rank driver's layout (qkv rows permuted only)
+        every = ((1, 1, 1), (2, 1, 1), (4, 1, 1), (1, 2, 1), (2, 2, 1), (1, 1, 2), (2, 1, 2))
         for root in self.extracted():
-            for tp, pp in ((1, 1), (2, 1), (4, 1), (1, 2), (2, 2)):
-                with self.subTest(wheel=os.path.basename(root), tp=tp, pp=pp):
-                    r = run_group(root, tp, pp)
+            # the older wheel: one shape of each kind (its layout code is the same), the newer every one
+            shapes = every if "0.15." not in root else ((1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2))
+            for tp, pp, dp in shapes:
+                with self.subTest(wheel=os.path.basename(root), tp=tp, pp=pp, dp=dp):
+                    r = run_group(root, tp, pp, dp=dp)
                     self.assertEqual(r["split"], 12 if tp > 1 else 0)  # per block: qkv w/b, proj w, fc1 w/b, fc2 w
                     self.assertTrue(all(close(a, b) for a, b in zip(r["losses"], r["ref_losses"])),
                                     (r["losses"], r["ref_losses"]))

@@ -191,7 +191,7 @@ def install_mcore_recompute_default_generator() -> None:
     install_mcore_recompute(hook)
 
 
-def install_mcore_grad_buffer_not_zeroed() -> None:
+def _ddp_class() -> Any:
     try:
         from megatron.core.distributed import distributed_data_parallel as d
     except ImportError as e:
@@ -199,6 +199,11 @@ def install_mcore_grad_buffer_not_zeroed() -> None:
     cls = getattr(d, "DistributedDataParallel", None)
     if cls is None:
         raise RuntimeError("megatron.core.distributed has no DistributedDataParallel")
+    return cls
+
+
+def install_mcore_grad_buffer_not_zeroed() -> None:
+    cls = _ddp_class()
     _own(cls, "zero_grad_buffer")
 
     def zero_grad_buffer(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -236,13 +241,7 @@ def install_mcore_dp_grads_not_reduced() -> None:
     """DistributedDataParallel.finish_grad_sync does nothing: finalize_model_grads never all-reduces
     the grad buffers over the data-parallel group, each replica applies its own shard's gradient
     (bug class 34)."""
-    try:
-        from megatron.core.distributed import distributed_data_parallel as d
-    except ImportError as e:
-        raise RuntimeError(f"megatron.core.distributed.distributed_data_parallel: {e}".splitlines()[0])
-    cls = getattr(d, "DistributedDataParallel", None)
-    if cls is None:
-        raise RuntimeError("megatron.core.distributed has no DistributedDataParallel")
+    cls = _ddp_class()
     _own(cls, "finish_grad_sync")
 
     def finish_grad_sync(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -3,7 +3,8 @@
 # `recap` of the gpu preset, as results/h200/next-issue21 builds it). One mode per call, ending
 # within CALL_S seconds (default 540):
 #   groups     the torch rank groups on CUDA: every tests/cli/data rank file (tp 2, sp, pp 2, tp 2
-#              inside pp 2, pp 2 with vp 2, dp 2 replicas) replayed clean, then under each planted rank fault its
+#              inside pp 2, pp 2 with vp 2, dp 2 replicas; per-layer graphs on pp 2 and pp 2 vp 2 stages replayed
+#              in the 1F1B orders: graphs across ranks) replayed clean, then under each planted rank fault its
 #              oracle must catch (as cli.sut_torch_ranks_faults, cli.sut_torch_pp_faults,
 #              cli.sut_torch_tp_pp_faults and cli.sut_torch_vp_faults do on the CPU). On one GPU the ranks share it over gloo (core/ranks.py backend_for); on
 #              two or more, nccl.
@@ -16,8 +17,9 @@
 #              catch (mcore-tp-seed-shared, mcore-dp-grads-not-reduced, dist-all-reduce-skipped); then
 #              recap fuzz --sut megatron@0.19.2 --ranks ${RANKS:-2} seed 1 under mcore-tp-seed-shared (found
 #              and shrunk keeping tp 2: the issue's planted cross-rank fault) and, in what is left, a
-#              clean campaign of ${CASES:-300} cases. On one GPU the ranks share it over gloo (eager
-#              cases only; sp needs apex, which the machine lacks: megatron's local spec refuses it).
+#              clean campaign of ${CASES:-300} cases. On one GPU the ranks share it over gloo: eager tp
+#              cases only (dp and pp need collectives gloo cannot run on CUDA tensors: the mc-dp2 files are
+#              skipped naming it); sp needs apex, which the machine lacks (megatron's local spec refuses it).
 #   RECAP_GIT_COMMIT=<sha> bash results/h200/next-issue22/run.sh groups
 # Not here: megatron-core with pp (the megatron driver's rank groups run tp and dp only).
 set -u
@@ -29,7 +31,8 @@ case ${1:-} in
     timeout -k 10 $(( $(left) / 3 )) "$B" replay --sut torch --backend cuda "${W[@]}" $D/tp2-masks.json $D/tp2-grads.json \
       $D/tp2-sp-masks.json $D/tp2-sp-grads.json $D/pp2-masks.json $D/pp2-grads.json $D/tp2-pp2-masks.json $D/tp2-pp2-grads.json \
       $D/pp2-vp2-masks.json $D/pp2-vp2-grads.json $D/tp2-dp2-grads.json $D/pp2-dp2-grads.json $D/tp2-dp2-masks.json \
-      $D/dp2-masks.json --report "$o/clean.json" > "$o/clean.log" 2>&1; echo "exit $?" >> "$o/clean.log"
+      $D/dp2-masks.json $D/pp2-graphs.json $D/pp2-vp2-graphs.json --report "$o/clean.json" > "$o/clean.log" 2>&1
+    echo "exit $?" >> "$o/clean.log"
     all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,pp_schedule_1f1b,pp_stage_masks_differ,dp_grads_reduced,training,reference
     for f in tp-seed-shared:tp2-pp2-masks tp-recompute-stale:tp2-pp2-masks dp-seed-per-rank:tp2-pp2-masks \
              tp-grad-not-reduced:tp2-pp2-grads pp-stage-seed-shared:tp2-pp2-masks pp-send-stale:tp2-pp2-grads \
@@ -49,7 +52,10 @@ case ${1:-} in
     timeout -k 10 $(( $(left) / 5 )) "$B" replay "${M[@]}" $D/mc-tp2-grads.json $D/mc-tp2-masks.json $D/mc-dp2-grads.json \
       $D/mc-tp2-dp2-grads.json --report "$o/mc-clean.json" > "$o/mc-clean.log" 2>&1; echo "exit $?" >> "$o/mc-clean.log"
     all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,dp_grads_reduced,training,reference
-    for f in mcore-tp-seed-shared:mc-tp2-masks mcore-dp-grads-not-reduced:mc-dp2-grads dist-all-reduce-skipped:mc-tp2-grads; do
+    muts="mcore-tp-seed-shared:mc-tp2-masks dist-all-reduce-skipped:mc-tp2-grads"
+    # dp needs megatron's coalesced grad all-reduce, which gloo refuses for CUDA tensors: a GPU per rank
+    [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && muts="$muts mcore-dp-grads-not-reduced:mc-dp2-grads"
+    for f in $muts; do
       [ "$(left)" -gt 60 ] || break
       m=${f%%:*}; file=$D/${f#*:}.json
       timeout -k 10 90 "$B" replay "${M[@]}" "$file" --property "$all" --worker-env "RECAP_FRAMEWORK_MUTANT=$m" \

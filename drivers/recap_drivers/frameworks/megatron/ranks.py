@@ -8,7 +8,7 @@ differs from the last one, every rank calls parallel_state.destroy_model_paralle
 initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
 (collective: every rank does it for the same request), so megatron's groups are megatron's own, in
 its "tp-cp-ep-dp-pp" order
-(frameworks/torch/data_parallel.py Layout is the same order). The process group is the leader's:
+(core/layout.py Layout is the same order). The process group is the leader's:
 nccl with a GPU per rank, else gloo over CUDA tensors (core/ranks.py backend_for): on one GPU
 megatron's tensor-parallel all-reduces run over gloo, which cannot run inside a CUDA graph, so
 there a group runs eager cases only.
@@ -34,10 +34,17 @@ Observation, beside megatron's run and without changing it:
     `sequence_parallel` is the rank's rows' part until finalize_model_grads sums it: the copy
     recap reports per microbatch is summed over the tensor-parallel group (a collective on recap's
     copy, not on megatron's gradient), so every reported gradient is the whole one;
-  - a data-parallel replica runs its microbatches (frameworks/torch/data_parallel.py local_case,
-    local_data: megatron's data iterators give each replica its shard) and reports, per
+  - a data-parallel replica runs its microbatches (core/layout.py local_case, local_data:
+    megatron's data iterators give each replica its shard) and reports, per
     microbatch, its own accumulation (copied before finalize_model_grads) and, for the step, the
     gradients megatron's finalize left in main_grad (`rank_dp`).
+
+Ranks sharing a GPU over gloo (fewer GPUs than ranks) run tp cases only: megatron's grad sync
+(finalize_model_grads -> DistributedDataParallel.finish_grad_sync) all-reduces its buckets inside
+torch's _coalescing_manager, whose allreduce_coalesced gloo refuses for CUDA tensors, so a case of
+dp > 1 or sp is skipped naming this, and finalize_model_grads is not called: with dp 1, pp 1 and no
+sp it has nothing to do (an all-reduce over one replica; no sequence-parallel gradient; no
+embedding), as on one rank. With a GPU per rank (nccl) it is always called.
 
 Pipeline stages (pp > 1): megatron's get_forward_backward_func() is its 1F1B schedule, its
 p2p_communication carries the activations. It sends CUDA tensors, which gloo cannot (it hands the
@@ -62,10 +69,9 @@ import torch.distributed as dist
 
 from ... import case as case_mod
 from ...core import layers as layers_mod
+from ...core.layout import PP_SEED_STRIDE, Layout, dp_problem, local_case, local_data, pp_problem, request_dims, stage_layers
 from ...core.ranks import backend_for
 from ...core.records import RunData
-from ..torch.data_parallel import Layout, dp_problem, local_case, local_data
-from ..torch.pipeline import PP_SEED_STRIDE, pp_problem, stage_layers
 from .runner import MegatronRunner
 from .sut import MegatronSUT
 
@@ -184,9 +190,10 @@ class MegatronRankRunner(MegatronRunner):
         finalize_model_grads (as Megatron-LM's training sets it), then the one-rank driver's work."""
         self._copy_last()
         self.pending = -1
-        model = args[0] if args else kwargs["model"]
-        extra = {"pg_collection": kwargs["pg_collection"]} if kwargs.get("pg_collection") is not None else {}
-        self.api.finalize_model_grads(model, None, **extra)
+        if self.sut.backend == "nccl":  # over gloo on CUDA it cannot run, and does nothing (SUT docstring)
+            model = args[0] if args else kwargs["model"]
+            extra = {"pg_collection": kwargs["pg_collection"]} if kwargs.get("pg_collection") is not None else {}
+            self.api.finalize_model_grads(model, None, **extra)
         super()._after_backwards(*args, **kwargs)
 
     def applied_grads(self) -> List[torch.Tensor]:
@@ -248,6 +255,13 @@ class MegatronRankSUT(MegatronSUT):
         return kw
 
     def why_skipped(self, c: case_mod.Case) -> str:
+        if self.backend != "nccl" and (self.dp > 1 or c.sp):
+            # DistributedDataParallel's grad sync all-reduces its buckets inside _coalescing_manager,
+            # which calls allreduce_coalesced: gloo's refuses CUDA tensors
+            return (f"{'dp ' + str(self.dp) if self.dp > 1 else 'sp'}: megatron-core's finalize_model_grads "
+                    "all-reduces the grad buffers with a coalesced all-reduce, which gloo refuses for CUDA tensors "
+                    f"(ProcessGroupGloo::allreduce_coalesced); this group's {self.world} ranks share "
+                    f"{torch.cuda.device_count()} GPU(s) over gloo")
         if self.pp > 1 and self.backend != "nccl":
             return (f"pp {self.pp}: megatron-core's p2p_communication sends CUDA tensors between stages, which "
                     f"gloo cannot (it hands their device pointers to its TCP transport); this group's "
@@ -289,9 +303,7 @@ class MegatronRankSUT(MegatronSUT):
 
     def serve_run(self, request: Dict[str, Any], frames: List[Any]) -> Tuple[Dict[str, Any], List[Any]]:
         self.extras = {}
-        pp, dp = request.get("pp", 1), request.get("dp", 1)
-        self.pp = pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
-        self.dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 1 else 1
+        self.pp, self.dp = request_dims(request)
         if self.world % (self.pp * self.dp) == 0 and (self.pp == 1 or self.backend == "nccl"):
             self.set_shape(self.world // (self.pp * self.dp), self.pp)
         h, out = super().serve_run(request, frames)

@@ -3,11 +3,12 @@ stack split into P contiguous stages, one rank each (or into P * V model chunks,
 run with megatron-core's non-interleaved 1F1B schedule (or its interleaved one; core/schedules.py
 holds both orders), written here with torch alone so that the torch driver runs it on the CPU (gloo).
 
-Stages. megatron-core gives every pipeline rank num_layers // pp layers, rank s the layers
-s*k .. (s+1)*k - 1 (transformer_block.py get_num_layers_to_build and its offset; it asserts
-num_layers % pipeline_model_parallel_size == 0 without the uneven first/last-stage options): a case
-whose layer count is not a multiple of P is skipped naming it. Each layer is built and computed
-exactly as one rank builds it (core/layers.py): a stage of tp 1 has no tensor-parallel region.
+Stages (core/layout.py stage_layers, pp_problem). megatron-core gives every pipeline rank num_layers
+// pp layers, rank s the layers s*k .. (s+1)*k - 1 (transformer_block.py get_num_layers_to_build and
+its offset; it asserts num_layers % pipeline_model_parallel_size == 0 without the uneven first/last-
+stage options): a case whose layer count is not a multiple of P is skipped naming it. Each layer is
+built and computed exactly as one rank builds it (core/layers.py): a stage of tp 1 has no tensor-
+parallel region.
 
 The schedule (pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving):
 stage s runs min(P - s - 1, M) warmup forwards, then one forward and one backward alternately
@@ -68,36 +69,11 @@ import torch.distributed as dist
 from ... import case as case_mod
 from ...core import layers as L
 from ...core import rank_faults, worker_faults
+from ...core.layout import PP_SEED_STRIDE, Layout, stage_layers
 from ...core.schedules import Event, gpipe, stage_order
-from .data_parallel import Layout
 from .runner import TorchRunner
 
-# megatron/training/initialize.py _set_random_seed: seed = seed_ + (100 * pipeline rank)
-PP_SEED_STRIDE = 100
-
 TAG = {"forward": 0, "backward": 1}  # p2p tags: activations and their gradients apart
-
-
-def stage_layers(n_layers: int, pp: int, vp: int = 1) -> List[Tuple[int, int]]:
-    """[first, stop) of every virtual stage's layers (v = chunk * pp + stage; vp 1: every stage's):
-    megatron-core's even split."""
-    k = n_layers // (pp * vp)
-    return [(v * k, (v + 1) * k) for v in range(pp * vp)]
-
-
-def pp_problem(c: case_mod.Case, pp: int) -> str:
-    """"" when the case's layers split into pp stages (of c.vp chunks each), else one line naming why."""
-    n, vp = len(c.layers), c.vp
-    if vp == 1 and n % pp:
-        return (f"pp {pp}: {n} layers are not a multiple of {pp} (megatron-core gives every pipeline stage "
-                f"num_layers // pp layers and asserts num_layers % pp == 0)")
-    if vp > 1 and n % (pp * vp):
-        return (f"pp {pp} vp {vp}: {n} layers are not a multiple of {pp * vp} (megatron-core gives every model "
-                f"chunk num_layers // pp // vp layers)")
-    if vp > 1 and c.microbatches % pp:
-        return (f"pp {pp} vp {vp}: {c.microbatches} microbatches are not a multiple of {pp} (megatron-core's "
-                f"interleaved schedule refuses a final microbatch group smaller than pp)")
-    return ""
 
 
 def plant_kill_rank(layer: Any, rank: int) -> None:
@@ -169,6 +145,11 @@ class PPRunner(TorchRunner):
         sent = t.cpu() if self.host_p2p else t  # (see _recv)
         keep.append(sent)
         return dist.isend(sent, peer, tag=tag)
+
+    def graphed_layers(self) -> List[int]:
+        """Per-layer graphs of this stage's layers only (every chunk's): the others are the other
+        stages'. They replay in the stage's schedule order, the sends and receives between them."""
+        return [l for first, stop in self.spans for l in range(first, stop) if self.case.layers[l].graphed]
 
     def stage_params(self) -> List[int]:
         """recap's indices of the parameters of this rank's layers (every chunk's)."""

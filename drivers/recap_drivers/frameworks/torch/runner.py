@@ -66,11 +66,14 @@ class TorchRunner(Runner):
 
     # -- per-layer: make_graphed_callables --
 
+    def graphed_layers(self) -> List[int]:
+        """The layers this run graphs: every graphed layer of the case (a pipeline stage: its own)."""
+        return [i for i, l in enumerate(self.case.layers) if l.graphed]
+
     def run_per_layer(self) -> None:
-        c = self.case
         if not self.warmup():
             return
-        graphed = [i for i, l in enumerate(c.layers) if l.graphed]
+        graphed = self.graphed_layers()
         if graphed:
             if not self._build_per_layer(graphed):
                 return

@@ -61,9 +61,10 @@ import torch.nn.functional as F
 from ... import case as case_mod
 from ...core import layers as L
 from ...core import rank_faults
+from ...core.layout import PP_SEED_STRIDE, Layout, dp_problem, local_case, local_data, pp_problem, request_dims
 from ...core.records import RunData
-from .data_parallel import Layout, dp_problem, grad_reducer, local_case, local_data
-from .pipeline import PP_SEED_STRIDE, PPRunner, plant_kill_rank, pp_extras, pp_problem
+from .data_parallel import grad_reducer
+from .pipeline import PPRunner, plant_kill_rank, pp_extras
 from .runner import TorchRunner
 from .sut import TorchSUT
 
@@ -614,7 +615,8 @@ class TorchRankSUT(TorchSUT):
 
     def capabilities(self) -> Dict[str, Any]:
         caps = super().capabilities()
-        caps["executor"] = ["eager"]
+        # per-layer graphs where the layers hold no collective (tp 1: stages, replicas; why_skipped)
+        caps["executor"] = ["eager"] + (["per-layer"] if self.graphs else [])
         caps["tp"] = group_sizes(self.world)
         caps["pp"] = group_sizes(self.world)
         caps["vp"] = VP_VALUES if self.world > 1 else []
@@ -623,10 +625,17 @@ class TorchRankSUT(TorchSUT):
         return caps
 
     def why_skipped(self, c: case_mod.Case) -> str:
-        if c.executor != "eager":
-            return (f"executor {c.executor}: a rank group runs eagerly only (graphs across ranks are not built "
-                    "by this driver yet)")
         tp = self.world // (self.pp * self.dp)
+        if c.executor == "full-iteration":
+            return ("executor full-iteration: a rank group captures per-layer graphs only (one graph of a whole "
+                    "step would hold the group's sends, receives and collectives)")
+        if c.executor == "per-layer" and any(l.graphed for l in c.layers):
+            if tp > 1:
+                return (f"executor per-layer with tp {tp}: graphs of layers that hold tensor-parallel collectives "
+                        "are not built by this driver (a gloo collective cannot be captured)")
+            if self.pp > 1 and c.shared_pool and c.microbatches > 1:
+                return (f"shared_pool with pp {self.pp}: torch.cuda.make_graphed_callables captures a call's forwards "
+                        "then its backwards, and has no _order (TransformerEngine's) for a stage's 1F1B order")
         return (super().why_skipped(c) or (pp_problem(c, self.pp) if self.pp > 1 else "")
                 or (dp_problem(c, self.dp) if self.dp > 1 else "")
                 or (tp_problem(c, tp) if tp > 1 else ""))
@@ -657,9 +666,7 @@ class TorchRankSUT(TorchSUT):
 
     def serve_run(self, request: Dict[str, Any], frames: List[Any]) -> Tuple[Dict[str, Any], List[Any]]:
         self.extras = {}
-        pp, dp = request.get("pp", 1), request.get("dp", 1)
-        self.pp = pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 else 1
-        self.dp = dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 1 else 1
+        self.pp, self.dp = request_dims(request)
         h, out = super().serve_run(request, frames)
         h.update(self.extras)  # the leader (core/ranks.merge) moves them into the reply's `ranks`
         return h, out
