@@ -229,10 +229,12 @@ class MegatronRankSUT(MegatronSUT):
         # graphs across ranks need collectives a graph can capture (nccl, a GPU per rank)
         caps["executor"] = ["eager", "per-layer"] if self.backend == "nccl" else ["eager"]
         caps["tp"] = group_sizes(self.world)
-        caps["dp"] = group_sizes(self.world)
-        if self.backend == "nccl":  # megatron's p2p sends CUDA tensors, which gloo cannot (why_skipped)
+        if self.backend == "nccl":
+            # over gloo on CUDA tensors megatron's p2p (pp) and its coalesced grad all-reduce (dp, sp)
+            # cannot run (why_skipped): recap draws none of them there
             caps["pp"] = group_sizes(self.world)
-        caps["sp"] = self.sp_supported()
+            caps["dp"] = group_sizes(self.world)
+        caps["sp"] = self.sp_supported() and self.backend == "nccl"
         return caps
 
     def sp_supported(self) -> bool:
