@@ -103,7 +103,6 @@ class MegatronModel(layers_mod.RecapParamList):
         # set by a pipeline stage's runner: marks the stage's output, whose backward starts the
         # stage's backward of a microbatch (ranks.py); None: nothing marked
         self.mark: Optional[Any] = None
-        self.device = device
         self.every: List[List[Optional[Shard]]] = []  # per parameter: every rank's Shard
         self.config = configs[model_config_index(graphed_layers)] if configs else None
         self.model_type = api.ModelType.encoder_or_decoder
@@ -158,6 +157,7 @@ class MegatronModel(layers_mod.RecapParamList):
             (".mlp.fc2.weight", mlp.linear_fc2.weight), (".mlp.fc2.bias", mlp.linear_fc2.bias),
         ]
         every = [block_shards(hidden, heads, ffn, self.tp, r) for r in range(self.tp)]
+        dev = tl.input_layernorm.weight.device
         for suffix, p in table:
             self.named.append((name + suffix, p))
             self.every.append([e[suffix] for e in every])
@@ -165,8 +165,8 @@ class MegatronModel(layers_mod.RecapParamList):
             if mine is None:
                 self.loaders.append(None)
                 continue
-            index = torch.tensor(mine.index, dtype=torch.long, device=self.device)
-            pos = None if mine.in_order() else torch.tensor(mine.positions(), dtype=torch.long, device=self.device)
+            index = torch.tensor(mine.index, dtype=torch.long, device=dev)
+            pos = None if mine.in_order() else torch.tensor(mine.positions(), dtype=torch.long, device=dev)
             self.loaders.append((mine.dim, index, pos))
 
     def shard_table(self) -> List[Dict[str, Any]]:

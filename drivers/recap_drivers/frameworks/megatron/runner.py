@@ -85,8 +85,7 @@ class MegatronRunner(Runner):
     def make_model(self) -> MegatronModel:
         c = self.case
         seed = self.rng_seed()
-        if seed != c.seed_rng:  # a later pipeline stage: _set_random_seed seeds torch too
-            torch.manual_seed(seed)
+        torch.manual_seed(seed)  # as _set_random_seed (Runner.__init__ seeded seeds.rng: a later stage's differs)
         # on a rank of a group, parallel_state says its tensor-parallel rank (the tracker's seed)
         self.api.tensor_parallel.model_parallel_cuda_manual_seed(
             seed, use_cudagraphable_rng=(c.generator == "graph-safe"), force_reset_rng=True)

@@ -132,13 +132,9 @@ class PPRunner(TorchRunner):
         """A blocking receive of an activation or its gradient. gloo's send and recv hand the
         tensor's data pointer to its TCP transport with no device handling (ProcessGroupGloo::send,
         recv), so where the ranks share a GPU over gloo the bytes go through host memory."""
-        if self.host_p2p:
-            buf = torch.empty(shape, dtype=self.dt)
-            dist.recv(buf, peer, tag=tag)
-            return buf.to(self.dev)
-        buf = torch.empty(shape, dtype=self.dt, device=self.dev)
+        buf = torch.empty(shape, dtype=self.dt, device=torch.device("cpu") if self.host_p2p else self.dev)
         dist.recv(buf, peer, tag=tag)
-        return buf
+        return buf.to(self.dev)  # (no copy where it is on the device already)
 
     def _isend(self, t: torch.Tensor, peer: int, tag: int, keep: List[torch.Tensor]) -> Any:
         """An isend waited at the step's end; `keep` holds what it reads until then."""
