@@ -17,9 +17,14 @@ get_default_causal_mask, the schedules' `device="cuda"` literals (their source r
 is under test is the driver's side (layout, stages, the mark), not megatron's numerics: on the GPU
 the driver runs megatron unpatched.
 
-argv: rank world port tp pp [planted] — planted `qkv-blocks` (recap's [q | k | v] rows taken for
-megatron's per-head interleave) or `stage-layers-swapped` (each stage runs the next stage's layers),
-which the comparison must catch.
+With vp > 1 each rank runs vp model chunks (MegatronChunk, each wrapped by its own DDP) in
+megatron's interleaved schedule, as ranks.py runs them.
+
+argv: rank world port tp pp vp [planted] — planted `qkv-blocks` (recap's [q | k | v] rows taken for
+megatron's per-head interleave), `stage-layers-swapped` (each stage runs the next stage's layers) or
+`chunks-contiguous` (chunk k of stage s holds virtual stage s * vp + k, not k * pp + s), which the
+comparison must catch; or `mcore-p2p-defaults`: megatron-core's own p2p defaults with virtual
+stages (finding M12, results/FINDINGS.md: with pp 2 they swap activations and gradients).
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ from typing import Any, Dict, Iterator, List
 import torch
 import torch.distributed as dist
 
-rank, world, port, TP, PP = (int(a) for a in sys.argv[1:6])
-planted = sys.argv[6] if len(sys.argv) > 6 else ""
+rank, world, port, TP, PP, VP = (int(a) for a in sys.argv[1:7])
+planted = sys.argv[7] if len(sys.argv) > 7 else ""
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
 
@@ -68,7 +73,7 @@ from recap_drivers.core.ranks import assemble  # noqa: E402
 from recap_drivers.core.schedules import stage_order  # noqa: E402
 from recap_drivers.frameworks.megatron import shards  # noqa: E402
 from recap_drivers.frameworks.megatron.api import Api, gelu_tanh  # noqa: E402
-from recap_drivers.frameworks.megatron.model import MegatronModel  # noqa: E402
+from recap_drivers.frameworks.megatron.model import MegatronChunk, MegatronModel  # noqa: E402
 from recap_drivers.frameworks.megatron.ranks import _BackwardStarts  # noqa: E402
 
 if planted == "qkv-blocks":
@@ -79,18 +84,23 @@ if planted == "qkv-blocks":
     shards.qkv_rows = blocks  # type: ignore[assignment]
 
 api = Api()
-api.parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=PP)
+api.parallel_state.initialize_model_parallel(tensor_model_parallel_size=TP, pipeline_model_parallel_size=PP,
+                                             virtual_pipeline_model_parallel_size=VP if VP > 1 else None)
 api.tensor_parallel.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
 DP = world // (TP * PP)
 lay = Layout(TP, DP, PP, rank)
-H, HEADS, M, T = 16, 4, 4, 8
+H, HEADS, M, T = 16, 4, 4, 8  # (M: a multiple of pp, as the interleaved schedule needs)
 c = case_mod.parse_case({"schema": "recap.case/1", "name": "layout", "hidden": H, "tokens": T, "microbatches": M,
-                         "tp": TP, "pp": PP,
+                         "tp": TP, "pp": PP, "vp": VP,
                          "layers": [{"kind": "block", "heads": HEADS}, {"kind": "gelu"},
                                     {"kind": "block", "heads": HEADS, "ffn_hidden": 32}, {"kind": "layernorm"}]})
 par: Dict[str, Any] = {"tensor_model_parallel_size": TP, "num_layers": 1}
 if PP > 1:  # as MegatronRankSUT.parallel_config
     par.update(pipeline_model_parallel_size=PP, num_layers=len(c.layers), pipeline_dtype=torch.float32)
+if VP > 1:  # as MegatronRankSUT.parallel_config (Megatron-LM's p2p settings for interleaving)
+    par["virtual_pipeline_model_parallel_size"] = VP
+    if planted != "mcore-p2p-defaults":  # megatron-core's own defaults instead: finding M12
+        par.update(overlap_p2p_comm=True, batch_p2p_comm=False)
 configs = [api.TransformerConfig(
     hidden_size=H, num_attention_heads=HEADS, ffn_hidden_size=c.ffn(l), hidden_dropout=0.0,
     attention_dropout=0.0, add_bias_linear=True, gated_linear_unit=False, activation_func=gelu_tanh,
@@ -98,9 +108,15 @@ configs = [api.TransformerConfig(
     apply_rope_fusion=False, layernorm_epsilon=L.NORM_EPS, normalization="LayerNorm", params_dtype=torch.float32,
     attention_softmax_in_fp32=False, apply_query_key_layer_scaling=False, use_cpu_initialization=True,
     perform_initialization=False, calculate_per_token_loss=True, **par) for l in c.layers]
-span = stage_layers(len(c.layers), PP)[(lay.stage + (planted == "stage-layers-swapped")) % PP]
+every_span = stage_layers(len(c.layers), PP, VP)
+if planted == "chunks-contiguous":
+    spans = [every_span[lay.stage * VP + k] for k in range(VP)]
+else:  # virtual stage k * pp + stage (stage-layers-swapped: the next stage's)
+    spans = [every_span[k * PP + (lay.stage + (planted == "stage-layers-swapped")) % PP] for k in range(VP)]
+per_chunk = len(c.layers) // (PP * VP)
+vp_stages = [(i // per_chunk) // PP for i in range(len(c.layers))] if VP > 1 else None
 model = MegatronModel(api, c, torch.device("cpu"), configs, [False] * len(c.layers), tp=TP, tp_rank=lay.tp_rank,
-                      span=span, first=lay.stage == 0, last=lay.stage == PP - 1)
+                      span=spans[0], first=lay.stage == 0, last=lay.stage == PP - 1, vp_stages=vp_stages)
 model.check_names(c)
 g = torch.Generator().manual_seed(5)
 infos = case_mod.param_infos(c)
@@ -112,10 +128,18 @@ K = M // DP  # the replica's microbatches: the step's lay.replica * K ..
 mine_mb = list(range(lay.replica * K, (lay.replica + 1) * K))
 events: List[List[Any]] = []
 current = {"forward": -1}
+# as ranks.py: with vp the chunks (MegatronChunk), each its own DDP; else the model
+chunks: List[Any] = [MegatronChunk(model, span, k, first=lay.stage == 0 and k == 0,
+                                   last=lay.stage == PP - 1 and k == VP - 1) for k, span in enumerate(spans)] \
+    if VP > 1 else [model]
 if PP > 1:
-    model.mark = lambda h: _BackwardStarts.apply(h, current["forward"], lambda m: events.append(["backward", m, 0]))
-ddp = api.DDP(config=model.config, ddp_config=api.DDPConfig(), module=model)
-ddp.zero_grad_buffer()
+    for k, ch in enumerate(chunks):
+        ch.mark = (lambda k: lambda h: _BackwardStarts.apply(
+            h, current["forward"], lambda m: events.append(["backward", m, k])))(k)
+ddps = [api.DDP(config=ch.config, ddp_config=api.DDPConfig(), module=ch) for ch in chunks]
+fwd_count = [0] * len(ddps)
+for d in ddps:
+    d.zero_grad_buffer()
 for cfg in configs:
     cfg.finalize_model_grads_func = lambda mdl, num_tokens, **kw: api.finalize_model_grads(mdl, None, **kw)
 losses: Dict[int, float] = {}
@@ -127,9 +151,10 @@ def data() -> Iterator[Dict[str, torch.Tensor]]:
 
 
 def forward_step(it: Iterator[Dict[str, torch.Tensor]], mdl: Any) -> Any:
-    current["forward"] += 1
-    m = current["forward"]
-    events.append(["forward", m, 0])
+    k = [i for i, d in enumerate(ddps) if d is mdl][0]  # the chunk (each takes its microbatches in order)
+    m = current["forward"] = fwd_count[k]
+    fwd_count[k] += 1
+    events.append(["forward", m, k])
     b = next(it)
     y = mdl(b["x"].detach().requires_grad_(True))
 
@@ -140,12 +165,13 @@ def forward_step(it: Iterator[Dict[str, torch.Tensor]], mdl: Any) -> Any:
     return y, loss_func
 
 
-api.get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data(), model=ddp, num_microbatches=K,
+api.get_forward_backward_func()(forward_step_func=forward_step, data_iterator=[data() for _ in ddps] if VP > 1 else data(),
+                                model=ddps if VP > 1 else ddps[0], num_microbatches=K,
                                 seq_length=T, micro_batch_size=1, forward_only=False)
 table = model.shard_table()
 mine = {}
 for i, (name, p) in enumerate(model.named):
-    if span[0] <= infos[i].layer < span[1]:
+    if any(a <= infos[i].layer < b for a, b in spans):
         main_grad = getattr(p, "main_grad")  # DDP's view into its grad buffer
         gr, val = model.recap_layout(i, main_grad).contiguous(), model.recap_layout(i, p.detach()).contiguous()
         mine[i] = [list(gr.shape), gr.numpy().tobytes(), val.numpy().tobytes()]
@@ -175,7 +201,7 @@ if rank == 0:
         if every[r]["stage"] == PP - 1:
             last_losses.update(every[r]["losses"])
     got_losses = [last_losses.get(m) for m in range(M)]
-    order_ok = all(every[r]["events"] == [list(e) for e in stage_order(PP, every[r]["stage"], K, 1)]
+    order_ok = all(every[r]["events"] == [list(e) for e in stage_order(PP, every[r]["stage"], K, VP)]
                    for r in range(world)) if PP > 1 else True
     out = {"losses": got_losses, "ref_losses": ref_losses, **errs, "split": sum(row["dim"] is not None for row in table),
            "order_is_1f1b": order_ok}

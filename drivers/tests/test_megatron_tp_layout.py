@@ -31,7 +31,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_group(root: str, tp: int, pp: int, planted: str = "", dp: int = 1) -> Dict[str, Any]:
+def run_group(root: str, tp: int, pp: int, planted: str = "", dp: int = 1, vp: int = 1) -> Dict[str, Any]:
     port = free_port()
     world = tp * pp * dp
     # TORCH_CUDA_ARCH_LIST: megatron-core 0.15.3 builds a small CUDA extension when imported
@@ -39,7 +39,7 @@ def run_group(root: str, tp: int, pp: int, planted: str = "", dp: int = 1) -> Di
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([DRIVERS, root]), TORCH_CUDA_ARCH_LIST="9.0",
                PYTHONDONTWRITEBYTECODE="1", PYTHONWARNINGS="ignore")
     procs: List[subprocess.Popen] = [
-        subprocess.Popen([sys.executable, RANK, str(r), str(world), str(port), str(tp), str(pp)] +
+        subprocess.Popen([sys.executable, RANK, str(r), str(world), str(port), str(tp), str(pp), str(vp)] +
                          ([planted] if planted else []),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for r in range(world)]
@@ -81,13 +81,16 @@ class MegatronTensorParallelLayout(unittest.TestCase):
 
     def test_every_parameter_and_gradient_is_recaps(self) -> None:
         # (1, 1): the one-rank driver's layout (qkv rows permuted only)
-        every = ((1, 1, 1), (2, 1, 1), (4, 1, 1), (1, 2, 1), (2, 2, 1), (1, 1, 2), (2, 1, 2))
+        # (tp, pp, dp, vp); vp 2: megatron's interleaved schedule over the rank's two model chunks
+        every = ((1, 1, 1, 1), (2, 1, 1, 1), (4, 1, 1, 1), (1, 2, 1, 1), (2, 2, 1, 1), (1, 1, 2, 1), (2, 1, 2, 1),
+                 (1, 2, 1, 2), (2, 2, 1, 2))
         for root in self.extracted():
             # the older wheel: one shape of each kind (its layout code is the same), the newer every one
-            shapes = every if "0.15." not in root else ((1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2))
-            for tp, pp, dp in shapes:
-                with self.subTest(wheel=os.path.basename(root), tp=tp, pp=pp, dp=dp):
-                    r = run_group(root, tp, pp, dp=dp)
+            shapes = every if "0.15." not in root else ((1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1),
+                                                        (1, 2, 1, 2))
+            for tp, pp, dp, vp in shapes:
+                with self.subTest(wheel=os.path.basename(root), tp=tp, pp=pp, dp=dp, vp=vp):
+                    r = run_group(root, tp, pp, dp=dp, vp=vp)
                     self.assertEqual(r["split"], 12 if tp > 1 else 0)  # per block: qkv w/b, proj w, fc1 w/b, fc2 w
                     self.assertTrue(all(close(a, b) for a, b in zip(r["losses"], r["ref_losses"])),
                                     (r["losses"], r["ref_losses"]))
@@ -102,6 +105,21 @@ class MegatronTensorParallelLayout(unittest.TestCase):
         bad = sorted(n for n, e in r["grads"].items() if not e <= TOL)
         self.assertIn("block0.attn.qkv.weight", bad)
         self.assertFalse(close(r["losses"][0], r["ref_losses"][0]))
+
+    def test_chunks_holding_contiguous_layers_are_caught(self) -> None:
+        # chunk k of stage s must hold virtual stage k * pp + s (get_transformer_layer_offset)
+        r = run_group(self.extracted()[-1], 1, 2, "chunks-contiguous", vp=2)
+        self.assertFalse(all(close(a, b) for a, b in zip(r["losses"], r["ref_losses"])))
+
+    def test_megatron_core_p2p_defaults_with_two_stages_and_virtual_stages_are_wrong(self) -> None:
+        # finding M12: ModelParallelConfig's defaults (batch_p2p_comm on, overlap_p2p_comm off) post
+        # send_prev and send_next to the one peer of pp 2 in one batch; the peer matches them in the
+        # other order. What the driver runs (Megatron-LM's settings) is right: the first test
+        for root in self.extracted():
+            with self.subTest(wheel=os.path.basename(root)):
+                r = run_group(root, 1, 2, "mcore-p2p-defaults", vp=2)
+                self.assertFalse(all(close(a, b) for a, b in zip(r["losses"], r["ref_losses"])))
+                self.assertTrue(any(not e <= TOL for e in r["grads"].values()))
 
     def test_stages_holding_each_others_layers_are_caught(self) -> None:
         r = run_group(self.extracted()[-1], 1, 2, "stage-layers-swapped")

@@ -53,6 +53,14 @@ class GraphsAcrossRanksPolicy(unittest.TestCase):
         why = self.sut(4, 1).why_skipped(self.case(pp=4, executor="full-iteration"))  # type: ignore[attr-defined]
         self.assertIn("per-layer graphs only", why)
 
+    def test_a_replicas_share_of_microbatches_must_fill_the_interleaved_groups(self) -> None:
+        # dp 2 of 8 microbatches: each replica's stages run 4, two groups of pp 2; of 6: 3, whose last
+        # group megatron's interleaved schedule refuses (smaller than pp)
+        eager = {"executor": "eager", "pp": 2, "vp": 2, "dp": 2}
+        self.assertEqual(self.sut(2, 2).why_skipped(self.case(microbatches=8, **eager)), "")  # type: ignore[attr-defined]
+        why = self.sut(2, 2).why_skipped(self.case(microbatches=6, **eager))  # type: ignore[attr-defined]
+        self.assertIn("3 microbatches are not a multiple of 2", why)
+
 
 if __name__ == "__main__":
     unittest.main()

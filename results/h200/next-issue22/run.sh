@@ -50,7 +50,7 @@ case ${1:-} in
     pip install -q --no-deps --target $site .whl/megatron_core-0.19.2-*.whl > /dev/null 2>&1
     M=(--sut megatron@0.19.2 --backend cuda --worker-env "PYTHONPATH=$site:$PWD/drivers")
     timeout -k 10 $(( $(left) / 5 )) "$B" replay "${M[@]}" $D/mc-tp2-grads.json $D/mc-tp2-masks.json $D/mc-dp2-grads.json \
-      $D/mc-tp2-dp2-grads.json --report "$o/mc-clean.json" > "$o/mc-clean.log" 2>&1; echo "exit $?" >> "$o/mc-clean.log"
+      $D/mc-tp2-dp2-grads.json $D/mc-pp2-vp2-grads.json --report "$o/mc-clean.json" > "$o/mc-clean.log" 2>&1; echo "exit $?" >> "$o/mc-clean.log"
     all=rank_recompute_equal,tp_masks_differ,outside_masks_equal,grads_match_one_rank,dp_grads_reduced,training,reference
     muts="mcore-tp-seed-shared:mc-tp2-masks dist-all-reduce-skipped:mc-tp2-grads"
     # dp needs megatron's coalesced grad all-reduce, which gloo refuses for CUDA tensors: a GPU per rank

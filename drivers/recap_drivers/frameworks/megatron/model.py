@@ -83,7 +83,8 @@ class MegatronModel(layers_mod.RecapParamList):
 
     def __init__(self, api: Api, c: case_mod.Case, device: torch.device, configs: List[Any],
                  graphed_layers: List[bool], tp: int = 1, tp_rank: int = 0, sp: bool = False,
-                 span: Optional[Tuple[int, int]] = None, first: bool = True, last: bool = True) -> None:
+                 span: Optional[Tuple[int, int]] = None, first: bool = True, last: bool = True,
+                 vp_stages: Optional[List[int]] = None) -> None:
         super().__init__()
         self.api = api
         self.case = c
@@ -95,7 +96,10 @@ class MegatronModel(layers_mod.RecapParamList):
         # others the activation the schedule received (set_input_tensor); the last returns the
         # output the loss is computed on, the others the [s, b, h] activation the schedule sends on.
         # What megatron's finalize_model_grads reads of a GPTModel's stages: pre_process,
-        # share_embeddings_and_output_weights (no embedding here: nothing to all-reduce)
+        # share_embeddings_and_output_weights (no embedding here: nothing to all-reduce).
+        # With virtual stages (vp_stages: each layer's model chunk) the rank's chunks
+        # (MegatronChunk) run their spans of these layers instead; TransformerLayer takes its
+        # chunk (vp_stage), as get_transformer_layer_offset asserts once the config names vp.
         self.span = span if span is not None else (0, len(c.layers))
         self.pre_process, self.post_process = first, last
         self.share_embeddings_and_output_weights = False
@@ -119,7 +123,8 @@ class MegatronModel(layers_mod.RecapParamList):
             name = f"{l.kind}{i}"
             cfg = configs[i]
             if l.kind == "block":
-                tl = api.TransformerLayer(cfg, api.local_spec().submodules, layer_number=1)
+                vp = {} if vp_stages is None else {"vp_stage": vp_stages[i]}
+                tl = api.TransformerLayer(cfg, api.local_spec().submodules, layer_number=1, **vp)
                 tl.to(device=device, dtype=dt)
                 for m in tl.modules():
                     m.recap_path = name
@@ -202,9 +207,15 @@ class MegatronModel(layers_mod.RecapParamList):
         self.input_tensor = tensor[0] if isinstance(tensor, list) else tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [T, h] in and out, [T, 1, h] between the layers
+        return self.run_span(x, self.input_tensor, self.span, self.post_process, self.mark)
+
+    def run_span(self, x: torch.Tensor, received: Optional[torch.Tensor], span: Tuple[int, int], last: bool,
+                 mark: Optional[Any]) -> torch.Tensor:
+        """Layers span[0] .. span[1] - 1 on the microbatch x, or on the activation a previous stage
+        sent (received); the output the loss takes when last, else what the schedule sends on."""
         tp = self.api.tensor_parallel
-        if self.input_tensor is not None:  # a later pipeline stage: the previous stage's activation
-            h = self.input_tensor
+        if received is not None:  # a later pipeline stage: the previous stage's activation
+            h = received
         else:
             h = x.unsqueeze(1)
             if self.sp:
@@ -215,12 +226,12 @@ class MegatronModel(layers_mod.RecapParamList):
             # TransformerBlock.forward runs its layers inside the tracker's fork when
             # sequence_parallel is set: dropout on a rank's rows draws from the rank's own state
             with tp.get_cuda_rng_tracker().fork():
-                h = self._layers(h)
+                h = self._layers(h, span)
         else:
-            h = self._layers(h)
-        if self.mark is not None:
-            h = self.mark(h)
-        if not self.post_process:
+            h = self._layers(h, span)
+        if mark is not None:
+            h = mark(h)
+        if not last:
             return h  # [s, b, h] (the rank's rows with sp): what the schedule sends to the next stage
         if self.sp:
             # the loss is on the whole output on every rank, so the gather's backward takes the
@@ -228,10 +239,38 @@ class MegatronModel(layers_mod.RecapParamList):
             h = tp.gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=False)
         return h.squeeze(1)
 
-    def _layers(self, h: torch.Tensor) -> torch.Tensor:
-        for l in self.layers[self.span[0]:self.span[1]]:
+    def _layers(self, h: torch.Tensor, span: Tuple[int, int]) -> torch.Tensor:
+        for l in self.layers[span[0]:span[1]]:
             h = _first(l(hidden_states=h)) if isinstance(l, self.api.GraphableMegatronModule) else l(h)
         return h
+
+
+class MegatronChunk(nn.Module):
+    """One model chunk of a rank with virtual pipeline stages: what the interleaved schedule takes
+    as model[k] (and DDP wraps, as Megatron-LM's get_model wraps each chunk). It holds the whole
+    model's layers of its span, so its parameters are its span's; it runs them through the
+    whole model (held outside the module tree: MegatronModel.run_span)."""
+
+    def __init__(self, whole: MegatronModel, span: Tuple[int, int], chunk: int, first: bool, last: bool) -> None:
+        super().__init__()
+        self._whole = [whole]  # a list: not a submodule (its other layers are other chunks')
+        self.span, self.vp_stage = span, chunk
+        self.pre_process, self.post_process = first, last
+        self.share_embeddings_and_output_weights = False
+        self.config, self.model_type = whole.config, whole.model_type
+        self.layers = nn.ModuleList(whole.layers[span[0]:span[1]])
+        self.decoder = _Decoder(nn.ModuleList(m for m in whole.graphable
+                                              if any(m is l or m in list(l.modules()) for l in self.layers)))
+        self.input_tensor: Optional[torch.Tensor] = None
+        self.mark: Optional[Any] = None
+
+    def set_input_tensor(self, tensor: Any) -> None:
+        self.input_tensor = tensor[0] if isinstance(tensor, list) else tensor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # chunk 0 of the first stage takes the microbatch; every other chunk what it received
+        received = None if self.pre_process else self.input_tensor
+        return self._whole[0].run_span(x, received, self.span, self.post_process, self.mark)
 
 
 def model_config_index(graphed_layers: List[bool]) -> int:

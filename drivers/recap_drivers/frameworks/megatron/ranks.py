@@ -55,7 +55,12 @@ stage (Megatron-LM's _set_random_seed). The stage's output is marked (_BackwardS
 is the first of the stage's backward of a microbatch, where the stage records the event, sets the
 microbatch a recompute draws for and copies the previous microbatch's gradients.
 
-Not built: virtual pipeline stages, graphs on stages, recap's smaller layer kinds with parameters
+Virtual stages (vp > 1 with pp > 1): the rank runs vp model chunks (model.py MegatronChunk, chunk c
+holding virtual stage c * pp + stage's layers), each its own DDP, in megatron's interleaved schedule;
+each chunk's output is marked, and a chunk's gradients are copied when its next backward starts.
+The p2p is set as Megatron-LM's training sets it for interleaving (parallel_config; finding M12).
+
+Not built: graphs on stages, recap's smaller layer kinds with parameters
 inside a tensor-parallel group (only `block` is megatron's own tensor-parallel module),
 full-iteration graphs on a group.
 """
@@ -72,6 +77,7 @@ from ...core import layers as layers_mod
 from ...core.layout import PP_SEED_STRIDE, Layout, dp_problem, local_case, local_data, pp_problem, request_dims, stage_layers
 from ...core.ranks import backend_for
 from ...core.records import RunData
+from .model import MegatronChunk
 from .runner import MegatronRunner
 from .sut import MegatronSUT
 
@@ -79,6 +85,9 @@ from .sut import MegatronSUT
 # replicated whole on every rank (norms, not with sequence parallelism: a rank sees its rows only)
 REPLICATED_KINDS = ("gelu", "dropout")
 REPLICATED_WITHOUT_SP = ("layernorm", "rmsnorm")
+# virtual stages a group runs with pp > 1 (as the torch driver's groups: the interleaved warmup's
+# (V - 1) * P term takes two values)
+VP_VALUES = [2, 3]
 
 
 def group_sizes(world: int) -> List[int]:
@@ -134,62 +143,115 @@ class MegatronRankRunner(MegatronRunner):
                  lay: Layout) -> None:
         self.layout = lay
         self.sp_params: List[int] = []
-        self.span = stage_layers(len(c.layers), lay.pp)[lay.stage]
+        self.vp = c.vp if lay.pp > 1 else 1
+        every = stage_layers(len(c.layers), lay.pp, self.vp)
+        # this rank's chunks' layers: virtual stage chunk * pp + stage (one chunk without vp)
+        self.spans = [every[k * lay.pp + lay.stage] for k in range(self.vp)]
+        self.span = self.spans[0]
+        infos = case_mod.param_infos(c)
+        # recap's indices of each chunk's parameters (without vp: every one, the other stages' zero)
+        self.chunk_params = ([[i for i, p in enumerate(infos) if a <= p.layer < b] for a, b in self.spans]
+                             if self.vp > 1 else [list(range(len(infos)))])
         self.schedule: Dict[int, List[Tuple[str, int, int]]] = {}  # per step: the stage's events as they ran
         self.events: List[Tuple[str, int, int]] = []
-        self.pending = -1  # the microbatch whose backward ran last, its gradients not copied yet
+        # per chunk: the microbatch whose backward ran last, its gradients not copied yet
+        self.pending = [-1] * self.vp
+        self.fwd_count = [0] * self.vp  # per chunk: the microbatches whose forward ran this step
         self._cur_fwd = -1  # the microbatch whose forward runs (its output is marked with it)
+        self.chunks: List[Any] = []
         super().__init__(sut, c, data, configs, graphed)
         self.tp_group = self.api.parallel_state.get_tensor_model_parallel_group()
         if c.sp:
             self.sp_params = [i for i, p in enumerate(self.params) if getattr(p, "sequence_parallel", False)]
         if lay.pp > 1:
             # 1F1B runs several forwards before a backward: a microbatch's gradients are copied when
-            # the stage's next backward starts (its backwards run one after another), the last
-            # one's at finalize
+            # the chunk's next backward starts (a chunk's backwards run one after another), the last
+            # ones at finalize
             self.copy_at_forward = False
-            self.model.mark = lambda h: _BackwardStarts.apply(h, self._cur_fwd, self._backward_starts)
+            for k, m in enumerate(self.chunks or [self.model]):
+                m.mark = (lambda k: lambda h: _BackwardStarts.apply(h, self._cur_fwd, lambda mb: self._backward_starts(k, mb)))(k)
+
+    def ddp_modules(self) -> List[Any]:
+        """With virtual stages the rank's chunks, each wrapped by its own DDP (Megatron-LM's get_model)."""
+        if self.vp == 1:
+            return [self.model]
+        lay, vp = self.layout, self.vp
+        self.chunks = [MegatronChunk(self.model, span, k, first=lay.stage == 0 and k == 0,
+                                     last=lay.stage == lay.pp - 1 and k == vp - 1) for k, span in enumerate(self.spans)]
+        return self.chunks
 
     def parallel(self) -> Dict[str, Any]:
         lay = self.layout
-        return {"tp": lay.tp, "tp_rank": lay.tp_rank, "sp": self.case.sp, "span": self.span,
-                "first": lay.stage == 0, "last": lay.stage == lay.pp - 1}
+        kw: Dict[str, Any] = {"tp": lay.tp, "tp_rank": lay.tp_rank, "sp": self.case.sp, "span": self.span,
+                              "first": lay.stage == 0, "last": lay.stage == lay.pp - 1}
+        if self.vp > 1:  # each layer's model chunk (TransformerLayer's vp_stage)
+            n, k = len(self.case.layers), len(self.case.layers) // (lay.pp * self.vp)
+            kw["vp_stages"] = [(i // k) // lay.pp for i in range(n)]
+        return kw
 
     def rng_seed(self) -> int:
         """Megatron-LM's _set_random_seed: seed + 100 * the pipeline rank (every replica alike)."""
         return self.case.seed_rng + PP_SEED_STRIDE * self.layout.stage
 
     def stage_params(self) -> List[int]:
-        first, stop = self.span
-        return [i for i, p in enumerate(case_mod.param_infos(self.case)) if first <= p.layer < stop]
+        return [i for a, b in self.spans for i, p in enumerate(case_mod.param_infos(self.case)) if a <= p.layer < b]
 
-    def on_forward(self, m: int) -> None:
+    def forward_microbatch(self, model: Any, prev: int) -> Tuple[int, int]:
+        """(microbatch, chunk) of the forward the schedule asks for: the chunk its model is (each
+        chunk's forwards run in microbatch order, its data iterator gives them in that order)."""
+        k = 0
+        for j, d in enumerate(self.ddps if self.vp > 1 else []):
+            if model is d:
+                k = j
+        if k == 0 and all(n == 0 for n in self.fwd_count):
+            self.events = []
+            self.schedule[self.pos.step] = self.events
+        m = self.fwd_count[k]
+        self.fwd_count[k] += 1
+        return m, k
+
+    def on_forward(self, m: int, chunk: int = 0) -> None:
         if self.layout.pp > 1:
-            if m == 0:
-                self.events = []
-                self.schedule[self.pos.step] = self.events
             self._cur_fwd = m
-            self.events.append(("forward", m, 0))
+            self.events.append(("forward", m, chunk))
 
-    def _backward_starts(self, m: int) -> None:
-        if self.pending >= 0:
-            self._copy_grads(self.pending)
-        self.pending = self._cur_mb = m
+    def _backward_starts(self, k: int, m: int) -> None:
+        if self.pending[k] >= 0:
+            self._copy_chunk(self.pending[k], k)
+        self.pending[k] = self._cur_mb = m
         self.obs.microbatch = m  # a recompute inside this backward draws for microbatch m
         self.pos.set(pass_="backward", microbatch=m, layer="")
-        self.events.append(("backward", m, 0))
+        self.events.append(("backward", m, k))
+
+    def _copy_chunk(self, m: int, k: int) -> None:
+        """Microbatch m's accumulated gradients of chunk k's parameters."""
+        ids = self.chunk_params[k]
+        for i in ids:
+            self.gbuf[m][i].copy_(self.model.recap_layout(i, self.params[i].main_grad))
+        for i in self.sp_params:  # recap's copy of the rank's rows' part, summed (docstring)
+            if i in ids:
+                dist.all_reduce(self.gbuf[m][i], group=self.tp_group)
 
     def _copy_grads(self, m: int) -> None:
-        super()._copy_grads(m)
-        if m >= 0:
-            for i in self.sp_params:  # recap's copy of the rank's rows' part, summed (docstring)
-                dist.all_reduce(self.gbuf[m][i], group=self.tp_group)
+        for k in range(self.vp if m >= 0 else 0):
+            self._copy_chunk(m, k)
+
+    def _copy_last(self) -> None:
+        if self.layout.pp == 1:
+            super()._copy_last()
+            return
+        if not self.copied_last:  # every chunk's last backward's
+            for k, m in enumerate(self.pending):
+                if m >= 0:
+                    self._copy_chunk(m, k)
+            self.copied_last = True
 
     def _after_backwards(self, *args: Any, **kwargs: Any) -> None:
         """finalize_model_grads_func: the last microbatch's own gradients first, then megatron's
         finalize_model_grads (as Megatron-LM's training sets it), then the one-rank driver's work."""
         self._copy_last()
-        self.pending = -1
+        self.pending = [-1] * self.vp
+        self.fwd_count = [0] * self.vp
         if self.sut.backend == "nccl":  # over gloo on CUDA it cannot run, and does nothing (SUT docstring)
             model = args[0] if args else kwargs["model"]
             extra = {"pg_collection": kwargs["pg_collection"]} if kwargs.get("pg_collection") is not None else {}
@@ -199,7 +261,8 @@ class MegatronRankRunner(MegatronRunner):
     def applied_grads(self) -> List[torch.Tensor]:
         if self.layout.dp == 1:
             return []  # the last microbatch's accumulation is what the update applied
-        return [self.model.recap_layout(i, p.main_grad) for i, p in enumerate(self.params)]
+        # (a parameter of no chunk of this rank has no main_grad: zero, as a stage's others' are)
+        return [self.model.recap_layout(i, getattr(p, "main_grad", torch.zeros_like(p))) for i, p in enumerate(self.params)]
 
 
 class MegatronRankSUT(MegatronSUT):
@@ -207,8 +270,9 @@ class MegatronRankSUT(MegatronSUT):
 
     def __init__(self, device: str, rank: int, world: int, expect_version: Optional[str] = None) -> None:
         self.rank, self.world = rank, world
-        self.shape: Optional[Tuple[int, int]] = None  # the (tp, pp) parallel_state was initialized with
+        self.shape: Optional[Tuple[int, int, int]] = None  # the (tp, pp, vp) parallel_state was initialized with
         self.pp, self.dp = 1, 1  # the run request's
+        self.vp = 1  # the case's, with pp > 1
         self.extras: Dict[str, Any] = {}
         super().__init__(device, expect_version)
         self.backend = backend_for(self.device, world)
@@ -216,13 +280,14 @@ class MegatronRankSUT(MegatronSUT):
     def _init_parallel(self) -> None:
         """The group is joined already (core/ranks.py); parallel_state is set per case (set_shape)."""
 
-    def set_shape(self, tp: int, pp: int) -> None:
+    def set_shape(self, tp: int, pp: int, vp: int) -> None:
         ps = self.api.parallel_state
-        if self.shape == (tp, pp):
+        if self.shape == (tp, pp, vp):
             return
         ps.destroy_model_parallel()
-        ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
-        self.shape = (tp, pp)
+        ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                     virtual_pipeline_model_parallel_size=vp if vp > 1 else None)
+        self.shape = (tp, pp, vp)
 
     def capabilities(self) -> Dict[str, Any]:
         caps = super().capabilities()
@@ -233,6 +298,7 @@ class MegatronRankSUT(MegatronSUT):
             # over gloo on CUDA tensors megatron's p2p (pp) and its coalesced grad all-reduce (dp, sp)
             # cannot run (why_skipped): recap draws none of them there
             caps["pp"] = group_sizes(self.world)
+            caps["vp"] = VP_VALUES
             caps["dp"] = group_sizes(self.world)
         caps["sp"] = self.sp_supported() and self.backend == "nccl"
         return caps
@@ -254,6 +320,14 @@ class MegatronRankSUT(MegatronSUT):
             # refuses pipeline parallelism without it)
             kw.update(pipeline_model_parallel_size=self.pp, num_layers=len(c.layers),
                       pipeline_dtype=layers_mod.TORCH_DTYPES[c.dtype])
+            if c.vp > 1:
+                # the interleaved schedule (microbatch_group_size_per_vp_stage: pp, its default), its
+                # p2p as Megatron-LM's training configures it (argument_utils.py: batch_p2p_comm = not
+                # overlap_p2p_comm, overlap on by default): megatron-core's own defaults (batch on,
+                # overlap off) post two sends to the same peer in one batch when pp is 2, which the
+                # receiver matches in the other order (Megatron-LM's arguments.py refuses that
+                # combination; megatron-core does not: docs/findings)
+                kw.update(virtual_pipeline_model_parallel_size=c.vp, overlap_p2p_comm=True, batch_p2p_comm=False)
         return kw
 
     def why_skipped(self, c: case_mod.Case) -> str:
@@ -268,8 +342,8 @@ class MegatronRankSUT(MegatronSUT):
             return (f"pp {self.pp}: megatron-core's p2p_communication sends CUDA tensors between stages, which "
                     f"gloo cannot (it hands their device pointers to its TCP transport); this group's "
                     f"{self.world} ranks share {torch.cuda.device_count()} GPU(s) over gloo")
-        if c.vp > 1:
-            return "vp: virtual pipeline stages are not built for megatron-core rank groups"
+        if c.vp > 1 and self.pp == 1:
+            return f"vp {c.vp} without pipeline stages: megatron-core's virtual stages split pp > 1"
         if self.pp > 1 and c.executor != "eager":
             return f"executor {c.executor} with pp {self.pp}: graphs on megatron-core pipeline stages are not built"
         if c.executor == "full-iteration":
@@ -278,8 +352,9 @@ class MegatronRankSUT(MegatronSUT):
             return (f"executor per-layer: this group's {self.world} ranks share {torch.cuda.device_count()} GPU(s) "
                     "over gloo, whose collectives a CUDA graph cannot capture (nccl needs a GPU per rank)")
         tp = self.world // (self.pp * self.dp)
-        return ((pp_problem(c, self.pp) if self.pp > 1 else "")
-                or (dp_problem(c, self.dp) if self.dp > 1 else "")
+        # a replica's share of the microbatches is what its stages' schedule runs (dp first)
+        return ((dp_problem(c, self.dp) if self.dp > 1 else "")
+                or (pp_problem(local_case(c, self.dp) if self.dp > 1 else c, self.pp) if self.pp > 1 else "")
                 or (megatron_tp_problem(c, tp) if tp > 1 else "")
                 or super().why_skipped(c))
 
@@ -295,19 +370,28 @@ class MegatronRankSUT(MegatronSUT):
             self.extras["rank_dp"] = {"dp": self.dp, "replica": lay.replica, "microbatches": c.microbatches}
         r = MegatronRankRunner(self, c, data, configs, graphed, lay)
         if self.pp > 1:  # core/ranks.merge_pp reads it; the schedule fills as the steps run
-            self.extras["rank_pp"] = {"pp": self.pp, "vp": 1, "tp": tp, "stage": lay.stage,
-                                      "chunk_layers": [list(r.span)], "params": r.stage_params(),
+            self.extras["rank_pp"] = {"pp": self.pp, "vp": r.vp, "tp": tp, "stage": lay.stage,
+                                      "chunk_layers": [list(x) for x in r.spans], "params": r.stage_params(),
                                       "schedule": r.schedule}
         if tp > 1:
             self.extras.update({"rank_shards": r.model.shard_table(), "rank_tp_sites": tp_sites(c, c.sp),
                                 "rank_sp": bool(c.sp)})
         return r
 
+    @staticmethod
+    def _case_vp(request: Dict[str, Any]) -> int:
+        """The requested case's virtual stages (parallel_state is set before the case is parsed;
+        a malformed case is refused then)."""
+        c = request.get("case")
+        v = c.get("vp", 1) if isinstance(c, dict) else 1
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 1 else 1
+
     def serve_run(self, request: Dict[str, Any], frames: List[Any]) -> Tuple[Dict[str, Any], List[Any]]:
         self.extras = {}
         self.pp, self.dp = request_dims(request)
+        vp = self._case_vp(request) if self.pp > 1 else 1
         if self.world % (self.pp * self.dp) == 0 and (self.pp == 1 or self.backend == "nccl"):
-            self.set_shape(self.world // (self.pp * self.dp), self.pp)
+            self.set_shape(self.world // (self.pp * self.dp), self.pp, vp)
         h, out = super().serve_run(request, frames)
         h.update(self.extras)  # the leader (core/ranks.merge) moves them into the reply's `ranks`
         return h, out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -47,7 +47,8 @@ class MegatronRunner(Runner):
         with torch.cuda.stream(ddp_stream):
             # the model's config (model_config_index): the schedule reads DDP's .config
             try:
-                self.ddp = self.api.DDP(config=self.model.config, ddp_config=self.api.DDPConfig(), module=self.model)
+                self.ddps = [self.api.DDP(config=m.config, ddp_config=self.api.DDPConfig(), module=m)
+                             for m in self.ddp_modules()]
             except Exception as e:
                 if known_refusal(e):
                     raise refused(sut.version, e) from None
@@ -79,8 +80,17 @@ class MegatronRunner(Runner):
         """The seed megatron's training seeds this rank with (_set_random_seed): seeds.rng on one rank."""
         return self.case.seed_rng
 
-    def on_forward(self, m: int) -> None:
-        """Microbatch m's forward starts (a pipeline stage records it: ranks.py)."""
+    def ddp_modules(self) -> List[Any]:
+        """What DDP wraps: the model (a rank with virtual stages: its chunks, ranks.py)."""
+        return [self.model]
+
+    def forward_microbatch(self, model: Any, prev: int) -> Tuple[int, int]:
+        """(microbatch, model chunk) of the forward the schedule asks for next: one chunk here, its
+        forwards in microbatch order (a rank with virtual stages tells its chunks apart: ranks.py)."""
+        return prev + 1, 0
+
+    def on_forward(self, m: int, chunk: int = 0) -> None:
+        """Microbatch m's forward of a model chunk starts (a pipeline stage records it: ranks.py)."""
 
     def make_model(self) -> MegatronModel:
         c = self.case
@@ -150,7 +160,8 @@ class MegatronRunner(Runner):
 
     def body(self, call_layer: CallLayer) -> List[Any]:
         c = self.case
-        self.ddp.zero_grad_buffer()
+        for d in self.ddps:
+            d.zero_grad_buffer()
         self.copied_last = False
         losses: List[Optional[torch.Tensor]] = [None] * c.microbatches
         state = {"m": -1, "peak": 0}
@@ -167,10 +178,10 @@ class MegatronRunner(Runner):
                 if graphs_replay:
                     self.obs.snapshot_graph_keys(prev)
                 self._copy_grads(prev)
-            m = prev + 1
-            state["m"] = m
+            m, chunk = self.forward_microbatch(model, prev)
+            state["m"] = max(prev, m)
             self._cur_mb = m
-            self.on_forward(m)
+            self.on_forward(m, chunk)
             batch = next(data_iterator)
             self.obs.microbatch = m
             self.pos.set(pass_="forward", microbatch=m, layer="")
@@ -190,7 +201,12 @@ class MegatronRunner(Runner):
 
             return y, loss_func
 
-        kw = dict(forward_step_func=forward_step_func, data_iterator=data(), model=self.ddp,
+        # one model: its DDP and one data iterator; model chunks (virtual stages): a list of each,
+        # as the interleaved schedule asserts (each chunk's forwards take every microbatch in order)
+        chunked = len(self.ddps) > 1
+        kw = dict(forward_step_func=forward_step_func,
+                  data_iterator=[data() for _ in self.ddps] if chunked else data(),
+                  model=self.ddps if chunked else self.ddps[0],
                   num_microbatches=c.microbatches, seq_length=c.tokens, micro_batch_size=1,
                   forward_only=False)
         fn = self.full_wrapper if self.full_wrapper is not None else self.fbf
@@ -212,7 +228,9 @@ class MegatronRunner(Runner):
         self.pos.set(pass_="", layer="", microbatch=-1)
         with torch.no_grad():
             for p in self.params:
-                p.add_(p.main_grad, alpha=-c.lr)
+                g = getattr(p, "main_grad", None)  # None: a parameter of no chunk this rank runs
+                if g is not None:
+                    p.add_(g, alpha=-c.lr)
         return losses
 
     def _end_megatron_build(self) -> None:

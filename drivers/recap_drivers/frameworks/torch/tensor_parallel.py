@@ -636,8 +636,10 @@ class TorchRankSUT(TorchSUT):
             if self.pp > 1 and c.shared_pool and c.microbatches > 1:
                 return (f"shared_pool with pp {self.pp}: torch.cuda.make_graphed_callables captures a call's forwards "
                         "then its backwards, and has no _order (TransformerEngine's) for a stage's 1F1B order")
-        return (super().why_skipped(c) or (pp_problem(c, self.pp) if self.pp > 1 else "")
-                or (dp_problem(c, self.dp) if self.dp > 1 else "")
+        # a replica's stages run its share of the microbatches (dp first: megatron's interleaved
+        # schedule refuses a share that is not a multiple of pp)
+        return (super().why_skipped(c) or (dp_problem(c, self.dp) if self.dp > 1 else "")
+                or (pp_problem(local_case(c, self.dp) if self.dp > 1 else c, self.pp) if self.pp > 1 else "")
                 or (tp_problem(c, tp) if tp > 1 else ""))
 
     def make_runner(self, c: case_mod.Case, data: RunData) -> TorchRunner:
