@@ -172,7 +172,7 @@ case ${1:-} in
               # call 5, where recap_cuda_tests found the accounting script incrementing a buffer fresh
               # from malloc_async; carry .device/slim whole)
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    for t in recap_cuda_tests runtime_core_gpu_test runtime_gpu_test executors_gpu_test models_gpu_test conformance_gpu_test; do
+    for t in ${TESTS:-recap_cuda_tests runtime_core_gpu_test runtime_gpu_test executors_gpu_test models_gpu_test conformance_gpu_test}; do
       [ "$(left)" -gt 20 ] || break
       bin=$(find .device/slim/tests -name "$t" -type f | head -n 1)
       RECAP_GEMM_POISON=1 RECAP_CUDA_BLOCK_CACHE=0 timeout -k 5 $(( $(left) - 10 )) "$cs" --tool initcheck --report-api-errors no \
