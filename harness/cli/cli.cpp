@@ -54,7 +54,9 @@ void add_sut_options(CLI::App& cmd, SutFlags* f) {
         size_t eq = kv.find('=');
         return eq == std::string::npos || eq == 0 ? "'" + kv + "' is not KEY=VALUE (a variable of the worker's environment)"
                                                   : std::string();
-      });
+      })
+      // one KEY=VALUE per flag: `--worker-env A=1 case.json` leaves the case file positional
+      ->allow_extra_args(false);
   cmd.add_option("--ranks", f->ranks,
                  "Also start rank groups of n ranks for every divisor n > 1 of N (2..64; --sut torch, on gloo on the "
                  "CPU, or --sut megatron, on CUDA): cases whose tp * pp * dp is n run on that group (tp, pp, tp inside pp, sp, vp, dp; a failure shrinks toward the "

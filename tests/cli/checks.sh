@@ -594,6 +594,10 @@ sut_worker_env)
   "$recap" fuzz --backend sim --sut recap-worker --worker-env RECAP_FAULT_ABORT=1:3 --policy graph-safe --seed 5 --cases 200 \
     --jobs 2 --corpus-dir f --report j.json > out2.txt || { cat out2.txt; fail "the variable reached recap's own processes"; }
   grep -q "recap fuzz: 200 cases" out2.txt || fail "200 cases expected"
+  # one KEY=VALUE per flag: the case files after it stay case files (both replayed)
+  "$recap" replay --backend sim --sut recap-worker --worker-env RECAP_UNUSED=1 "$src/corpus/graph-safe-eager.json" \
+    "$src/corpus/graph-safe-per-layer.json" > out3.txt || { cat out3.txt; fail "files after --worker-env"; }
+  grep -q "^replay: 2 files, 2 as expected" out3.txt || { cat out3.txt; fail "both files replayed expected"; }
   ;;
 replay_uses_the_files_sut)
   # A case file's "sut" is what replay runs it on: recap-worker here (RECAP_FAULT_WORKER, read by
