@@ -63,6 +63,7 @@ case ${1:-} in
       echo "== $m: $(grep -E '^  [a-z_0-9]+ +incorrect' "$o/mc-$m.log" | cut -c1-120 | head -2 | tr '\n' ' ')"
     done
     grep -E "^replay|^  (tp_|outside|grads_match|dp_|rank_|reference|training)" "$o/mc-clean.log" | cut -c1-160
+    [ -n "${REPLAYS_ONLY:-}" ] && exit 0  # the replays alone (a short call)
     [ "$(left)" -gt 120 ] && { timeout -k 20 $(( $(left) / 2 )) "$B" fuzz "${M[@]}" --ranks "${RANKS:-2}" --cases 200 --seed 1 \
       --jobs 2 --shrink-limit 40 --worker-env RECAP_FRAMEWORK_MUTANT=mcore-tp-seed-shared --corpus-dir "$o/c-mut" \
       --report "$o/mc-mutant-fuzz.json" > "$o/mc-mutant-fuzz.log" 2>&1; echo "exit $?" >> "$o/mc-mutant-fuzz.log"
