@@ -200,9 +200,11 @@ class MegatronRankRunner(MegatronRunner):
         """(microbatch, chunk) of the forward the schedule asks for: the chunk its model is (each
         chunk's forwards run in microbatch order, its data iterator gives them in that order)."""
         k = 0
-        for j, d in enumerate(self.ddps if self.vp > 1 else []):
-            if model is d:
-                k = j
+        if self.vp > 1:
+            found = [j for j, d in enumerate(self.ddps) if model is d]
+            if not found:  # never guess a chunk: its events and gradients would be another's
+                raise RuntimeError("the interleaved schedule ran a forward on a model that is none of this rank's chunks")
+            k = found[0]
         if k == 0 and all(n == 0 for n in self.fwd_count):
             self.events = []
             self.schedule[self.pos.step] = self.events
@@ -272,7 +274,6 @@ class MegatronRankSUT(MegatronSUT):
         self.rank, self.world = rank, world
         self.shape: Optional[Tuple[int, int, int]] = None  # the (tp, pp, vp) parallel_state was initialized with
         self.pp, self.dp = 1, 1  # the run request's
-        self.vp = 1  # the case's, with pp > 1
         self.extras: Dict[str, Any] = {}
         super().__init__(device, expect_version)
         self.backend = backend_for(self.device, world)
@@ -326,7 +327,7 @@ class MegatronRankSUT(MegatronSUT):
                 # overlap_p2p_comm, overlap on by default): megatron-core's own defaults (batch on,
                 # overlap off) post two sends to the same peer in one batch when pp is 2, which the
                 # receiver matches in the other order (Megatron-LM's arguments.py refuses that
-                # combination; megatron-core does not: docs/findings)
+                # combination; megatron-core does not: finding M12, results/FINDINGS.md)
                 kw.update(virtual_pipeline_model_parallel_size=c.vp, overlap_p2p_comm=True, batch_p2p_comm=False)
         return kw
 
