@@ -148,12 +148,28 @@ void fit_to_sut(CaseSpec& s, const sut::Capabilities& caps) {
 // A case of tp N for a rank group: an executor the group runs (eager: it runs no graphs), and
 // heads a multiple of N where one divides hidden (megatron-core splits attention by heads). What
 // cannot be fitted (a hidden or ffn width that N does not divide) the group skips, naming the layer.
-// Sequence parallel (sp): tokens rounded up to a multiple of N, each rank's rows.
+// Sequence parallel (sp): tokens rounded up to a multiple of N, each rank's rows. Where the group
+// splits only some kinds (caps.tp_kinds), a layer of another kind becomes the first of them (its
+// selective checkpoint keeping the roles that kind offers, else a full one), so that the draw is a
+// case the group runs rather than one it skips.
 void fit_to_group(CaseSpec& s, int tp, bool sp, const sut::Capabilities& caps) {
   s.tp = tp;
   s.sp = sp;
   if (sp && s.model.tokens % tp != 0) s.model.tokens += tp - s.model.tokens % tp;
   if (!caps.tp_executor.empty()) fit(s.executor, caps.tp_executor);
+  if (!caps.tp_kinds.empty())
+    for (size_t i = 0; i < s.model.layers.size(); ++i) {
+      auto& l = s.model.layers[i];
+      if (std::find(caps.tp_kinds.begin(), caps.tp_kinds.end(), l.kind) != caps.tp_kinds.end()) continue;
+      l.kind = caps.tp_kinds.front();
+      auto& f = s.layers[i];
+      const auto& roles = models::find_layer_kind(l.kind)->roles;
+      std::vector<std::string> kept;
+      for (const auto& m : f.modules)
+        if (std::find(roles.begin(), roles.end(), m) != roles.end()) kept.push_back(m);
+      f.modules = kept;
+      if (f.checkpoint == CheckpointGranularity::Selective && kept.empty()) f.checkpoint = CheckpointGranularity::Full;
+    }
   for (auto& l : s.model.layers) {
     if (!models::find_layer_kind(l.kind)->uses_heads || l.heads % tp == 0) continue;
     for (int h = tp; h <= 64; h += tp)

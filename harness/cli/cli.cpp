@@ -220,6 +220,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
           std::sort(to->begin(), to->end());
         }
         merged.tp_executor = gc.tp_executor;
+        merged.tp_kinds = gc.tp_kinds;
         merged.sp = merged.sp || gc.sp;
         merged.worlds.push_back(n);
         groups[n] = group;
@@ -243,6 +244,7 @@ SystemUnderTest make_sut(const SutFlags& f, const std::string& text, const std::
   if (group_caps) {
     s.caps.tp = group_caps->tp;
     s.caps.tp_executor = group_caps->tp_executor;
+    s.caps.tp_kinds = group_caps->tp_kinds;
     s.caps.pp = group_caps->pp;
     s.caps.vp = group_caps->vp;
     s.caps.dp = group_caps->dp;

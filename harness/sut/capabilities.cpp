@@ -161,6 +161,7 @@ std::string capabilities_from_json(const Json& j, Capabilities* out) {
     if (j.contains("pp")) read_sizes(j["pp"], "pp", 64, &c.pp);
     if (j.contains("vp")) read_sizes(j["vp"], "vp", 16, &c.vp);
     if (j.contains("dp")) read_sizes(j["dp"], "dp", 64, &c.dp);
+    if (j.contains("tp_kinds")) c.tp_kinds = read_kinds(j["tp_kinds"], "capabilities.tp_kinds");
     if (j.contains("tp") || j.contains("pp")) c.tp_executor = c.all.executor;  // a group's executors
     if (j.contains("sp")) {  // a rank group runs its tp cases sequence parallel too
       if (!j["sp"].is_boolean()) throw Bad{"capabilities.sp: expected true or false, got " + type_of(j["sp"])};

@@ -45,6 +45,9 @@ struct Capabilities {
   // "executor"). Empty: one rank only, and the generators draw no tp (their draws unchanged).
   std::vector<int> tp;
   std::vector<training::ExecutorKind> tp_executor;
+  // The layer kinds a tp > 1 case may hold (the group's hello: "tp_kinds"; megatron's groups split
+  // only `block`, beside kinds without parameters). Empty: any kind the SUT runs.
+  std::vector<std::string> tp_kinds;
   // Pipeline stages above 1 the groups run (their hellos' "pp"); a case's tp * pp is the size of
   // one of the groups (`worlds`). Empty: no pp is drawn.
   std::vector<int> pp;

@@ -14,6 +14,9 @@
 #include "properties/oracles.h"
 #include "properties/oracles/oracle.h"
 
+#include <algorithm>
+#include <set>
+
 namespace recap::properties {
 namespace {
 
@@ -612,6 +615,38 @@ TEST(Ranks, GeneratorsDrawSpFromAGroupThatRunsIt) {
     }
     EXPECT_GT(tp_alone, 20);
   }
+}
+
+// A group that splits only some kinds (megatron's: its hello's tp_kinds) gets tp cases of those
+// kinds alone, valid, with a selective checkpoint only where the kind offers the role; one-rank
+// cases keep every kind.
+TEST(Ranks, GeneratorsDrawOnlyTheKindsAGroupSplits) {
+  GenConfig group;
+  group.caps.tp = {2};
+  group.caps.tp_kinds = {"block", "gelu", "dropout"};
+  group.caps.tp_executor = {training::ExecutorKind::Eager};
+  const auto gen = gen_case(group);
+  int tp_cases = 0, blocks_made = 0;
+  std::set<std::string> one_rank_kinds;
+  for (int i = 0; i < 300; ++i) {
+    const CaseSpec b = gen(rc::Random(static_cast<uint64_t>(i) * 7919 + 13), rc::kNominalSize).value();
+    EXPECT_EQ(training::validate(b), "");
+    for (size_t k = 0; k < b.model.layers.size(); ++k) {
+      const auto& l = b.model.layers[k];
+      if (b.tp == 1) {
+        one_rank_kinds.insert(l.kind);
+        continue;
+      }
+      EXPECT_TRUE(l.kind == "block" || l.kind == "gelu" || l.kind == "dropout") << l.kind;
+      blocks_made += l.kind == "block";
+      const auto& roles = models::find_layer_kind(l.kind)->roles;
+      for (const auto& m : b.layers[k].modules) EXPECT_NE(std::find(roles.begin(), roles.end(), m), roles.end()) << m;
+    }
+    tp_cases += b.tp > 1;
+  }
+  EXPECT_GT(tp_cases, 50);
+  EXPECT_GT(blocks_made, tp_cases);  // more blocks than one per case: other kinds became blocks
+  EXPECT_GT(one_rank_kinds.size(), 3u);  // one rank: every kind still drawn
 }
 
 // A group of 4 (its hello: tp [2, 4], pp [2, 4]) gets its three shapes of 4 ranks, tp 2 inside pp 2

@@ -295,6 +295,8 @@ class MegatronRankSUT(MegatronSUT):
         # graphs across ranks need collectives a graph can capture (nccl, a GPU per rank)
         caps["executor"] = ["eager", "per-layer"] if self.backend == "nccl" else ["eager"]
         caps["tp"] = group_sizes(self.world)
+        # what megatron_tp_problem lets a tp case hold: recap draws only those (norms: skipped with sp)
+        caps["tp_kinds"] = ["block", *REPLICATED_KINDS, *REPLICATED_WITHOUT_SP]
         if self.backend == "nccl":
             # over gloo on CUDA tensors megatron's p2p (pp) and its coalesced grad all-reduce (dp, sp)
             # cannot run (why_skipped): recap draws none of them there
