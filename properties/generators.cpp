@@ -160,13 +160,13 @@ void fit_to_group(CaseSpec& s, int tp, bool sp, const sut::Capabilities& caps) {
   if (!caps.tp_kinds.empty())
     for (size_t i = 0; i < s.model.layers.size(); ++i) {
       auto& l = s.model.layers[i];
-      if (std::find(caps.tp_kinds.begin(), caps.tp_kinds.end(), l.kind) != caps.tp_kinds.end()) continue;
+      if (has(caps.tp_kinds, l.kind)) continue;
       l.kind = caps.tp_kinds.front();
       auto& f = s.layers[i];
       const auto& roles = models::find_layer_kind(l.kind)->roles;
       std::vector<std::string> kept;
       for (const auto& m : f.modules)
-        if (std::find(roles.begin(), roles.end(), m) != roles.end()) kept.push_back(m);
+        if (has(roles, m)) kept.push_back(m);
       f.modules = kept;
       if (f.checkpoint == CheckpointGranularity::Selective && kept.empty()) f.checkpoint = CheckpointGranularity::Full;
     }

@@ -67,7 +67,7 @@ except ImportError:
 
 from recap_drivers import case as case_mod  # noqa: E402
 from recap_drivers.core import layers as L  # noqa: E402
-from recap_drivers.core.layout import Layout, stage_layers  # noqa: E402
+from recap_drivers.core.layout import Layout, layer_chunks, stage_layers  # noqa: E402
 from recap_drivers.core.protocol import Frame  # noqa: E402
 from recap_drivers.core.ranks import assemble  # noqa: E402
 from recap_drivers.core.schedules import stage_order  # noqa: E402
@@ -113,8 +113,7 @@ if planted == "chunks-contiguous":
     spans = [every_span[lay.stage * VP + k] for k in range(VP)]
 else:  # virtual stage k * pp + stage (stage-layers-swapped: the next stage's)
     spans = [every_span[k * PP + (lay.stage + (planted == "stage-layers-swapped")) % PP] for k in range(VP)]
-per_chunk = len(c.layers) // (PP * VP)
-vp_stages = [(i // per_chunk) // PP for i in range(len(c.layers))] if VP > 1 else None
+vp_stages = layer_chunks(len(c.layers), PP, VP) if VP > 1 else None
 model = MegatronModel(api, c, torch.device("cpu"), configs, [False] * len(c.layers), tp=TP, tp_rank=lay.tp_rank,
                       span=spans[0], first=lay.stage == 0, last=lay.stage == PP - 1, vp_stages=vp_stages)
 model.check_names(c)

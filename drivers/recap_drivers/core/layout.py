@@ -99,6 +99,13 @@ def stage_layers(n_layers: int, pp: int, vp: int = 1) -> List[Tuple[int, int]]:
     return [(v * k, (v + 1) * k) for v in range(pp * vp)]
 
 
+def layer_chunks(n_layers: int, pp: int, vp: int) -> List[int]:
+    """Each layer's model chunk (TransformerLayer's vp_stage): virtual stage v = chunk * pp + stage
+    holds layers v * k .. (stage_layers' even split)."""
+    k = n_layers // (pp * vp)
+    return [(i // k) // pp for i in range(n_layers)]
+
+
 def pp_problem(c: case_mod.Case, pp: int) -> str:
     """"" when the case's layers split into pp stages (of c.vp chunks each), else one line naming why."""
     n, vp = len(c.layers), c.vp
@@ -121,5 +128,5 @@ def request_dims(request: Dict[str, Any]) -> Tuple[int, int]:
     return dim(request.get("pp", 1)), dim(request.get("dp", 1))
 
 
-__all__ = ["Layout", "PP_SEED_STRIDE", "dp_problem", "local_case", "local_data", "pp_problem", "request_dims",
+__all__ = ["Layout", "PP_SEED_STRIDE", "dp_problem", "layer_chunks", "local_case", "local_data", "pp_problem", "request_dims",
            "stage_layers"]

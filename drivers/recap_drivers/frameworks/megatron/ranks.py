@@ -74,7 +74,17 @@ import torch.distributed as dist
 
 from ... import case as case_mod
 from ...core import layers as layers_mod
-from ...core.layout import PP_SEED_STRIDE, Layout, dp_problem, local_case, local_data, pp_problem, request_dims, stage_layers
+from ...core.layout import (
+    PP_SEED_STRIDE,
+    Layout,
+    dp_problem,
+    layer_chunks,
+    local_case,
+    local_data,
+    pp_problem,
+    request_dims,
+    stage_layers,
+)
 from ...core.ranks import backend_for
 from ...core.records import RunData
 from .model import MegatronChunk
@@ -185,8 +195,7 @@ class MegatronRankRunner(MegatronRunner):
         kw: Dict[str, Any] = {"tp": lay.tp, "tp_rank": lay.tp_rank, "sp": self.case.sp, "span": self.span,
                               "first": lay.stage == 0, "last": lay.stage == lay.pp - 1}
         if self.vp > 1:  # each layer's model chunk (TransformerLayer's vp_stage)
-            n, k = len(self.case.layers), len(self.case.layers) // (lay.pp * self.vp)
-            kw["vp_stages"] = [(i // k) // lay.pp for i in range(n)]
+            kw["vp_stages"] = layer_chunks(len(self.case.layers), lay.pp, self.vp)
         return kw
 
     def rng_seed(self) -> int:
